@@ -1,0 +1,39 @@
+"""Fully connected layer: ``out = inp @ W.T + b`` with W stored (OUT, IN) row-major, as PyTorch does."""
+import taichi as ti
+
+from . import F1, F2
+
+
+@ti.kernel
+def linear_forward(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.i32):
+    # out: (B, OUT) f32   inp: (B, IN) f32   params[w_off:]: W (OUT, IN)   params[b_off:]: b (OUT,)
+    n_in = inp.shape[1]
+    for b, o in ti.ndrange(out.shape[0], out.shape[1]):
+        acc = params[b_off + o]
+        w = w_off + o * n_in
+        for i in range(n_in):
+            acc += inp[b, i] * params[w + i]
+        out[b, o] = acc
+
+
+@ti.kernel
+def linear_backward(dinp: F2, dparams: F1, dout: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.i32,
+                    need_dinp: ti.i32):
+    # dinp: (B, IN) f32   dparams[w_off:]: dW (OUT, IN)   dparams[b_off:]: db (OUT,)
+    # dout: (B, OUT) f32  inp: (B, IN) f32                params[w_off:]: W (OUT, IN)
+    n_b, n_out, n_in = dout.shape[0], dout.shape[1], inp.shape[1]
+    for b, i in ti.ndrange(n_b * need_dinp, n_in):  # an empty range when the input needs no gradient
+        acc = 0.0
+        for o in range(n_out):
+            acc += dout[b, o] * params[w_off + o * n_in + i]
+        dinp[b, i] = acc
+    for o, i in ti.ndrange(n_out, n_in):
+        acc = 0.0
+        for b in range(n_b):
+            acc += dout[b, o] * inp[b, i]
+        dparams[w_off + o * n_in + i] = acc
+    for o in range(n_out):
+        acc = 0.0
+        for b in range(n_b):
+            acc += dout[b, o]
+        dparams[b_off + o] = acc

@@ -1,0 +1,104 @@
+"""Losses fused with their gradient: one launch writes each sample's loss share and d(loss)/d(logits).
+
+Targets are integer labels. Softmax cross-entropy uses them as class indices. Binary cross-entropy and MSE
+use them as the target value when the output has one column, and as a one-hot row otherwise. The
+reduction is PyTorch's default ``mean``: over samples for cross-entropy, over all elements for the others.
+``losses[b]`` holds sample b's share of the mean, so the batch loss is their sum (see ``loss_sum``).
+"""
+import taichi as ti
+
+from . import F1, F2, I1
+
+
+@ti.func
+def _target(y: ti.i32, j: ti.i32, k: ti.i32) -> ti.f32:
+    t = 0.0
+    if k == 1:
+        t = ti.cast(y, ti.f32)
+    elif y == j:
+        t = 1.0
+    return t
+
+
+@ti.kernel
+def softmax_xent_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
+    # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32 in [0, K)
+    n_b, k = logits.shape[0], logits.shape[1]
+    for b in range(n_b):
+        m = logits[b, 0]
+        for j in range(1, k):
+            m = ti.max(m, logits[b, j])
+        s = 0.0
+        for j in range(k):
+            s += ti.exp(logits[b, j] - m)
+        lse = m + ti.log(s)
+        y = labels[b]
+        losses[b] = (lse - logits[b, y]) / n_b
+        for j in range(k):
+            p = ti.exp(logits[b, j] - lse)
+            dlogits[b, j] = (p - (1.0 if j == y else 0.0)) / n_b
+
+
+@ti.kernel
+def bce_logits_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
+    # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32
+    n_b, k = logits.shape[0], logits.shape[1]
+    scale = 1.0 / (n_b * k)
+    for b in range(n_b):
+        acc = 0.0
+        for j in range(k):
+            x = logits[b, j]
+            t = _target(labels[b], j, k)
+            # max(x,0) - x*t + log(1 + exp(-|x|)): finite for every x.
+            acc += ti.max(x, 0.0) - x * t + ti.log(1.0 + ti.exp(-ti.abs(x)))
+            s = 0.0
+            if x >= 0.0:
+                s = 1.0 / (1.0 + ti.exp(-x))
+            else:
+                e = ti.exp(x)
+                s = e / (1.0 + e)
+            dlogits[b, j] = (s - t) * scale
+        losses[b] = acc * scale
+
+
+@ti.kernel
+def mse_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
+    # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32
+    n_b, k = logits.shape[0], logits.shape[1]
+    scale = 1.0 / (n_b * k)
+    for b in range(n_b):
+        acc = 0.0
+        for j in range(k):
+            d = logits[b, j] - _target(labels[b], j, k)
+            acc += d * d
+            dlogits[b, j] = 2.0 * d * scale
+        losses[b] = acc * scale
+
+
+@ti.kernel
+def loss_sum(out: F1, losses: F1):
+    # out: (1,) f32   losses: (B,) f32 -- summed serially so the result does not depend on threads
+    ti.loop_config(serialize=True)
+    for _ in range(1):
+        acc = 0.0
+        for b in range(losses.shape[0]):
+            acc += losses[b]
+        out[0] = acc
+
+
+@ti.kernel
+def count_correct(out: I1, logits: F2, labels: I1):
+    # out: (1,) i32   logits: (B, K) f32   labels: (B,) i32 -- argmax for K > 1, logit > 0 for K == 1
+    k = logits.shape[1]
+    for b in range(logits.shape[0]):
+        pred = 0
+        if k == 1:
+            pred = 1 if logits[b, 0] > 0.0 else 0
+        else:
+            best = logits[b, 0]
+            for j in range(1, k):
+                if logits[b, j] > best:
+                    best = logits[b, j]
+                    pred = j
+        if pred == labels[b]:
+            ti.atomic_add(out[0], 1)

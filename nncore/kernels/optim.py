@@ -1,0 +1,31 @@
+"""Optimizers over the network's one flat parameter buffer: one launch updates every parameter.
+
+Both follow PyTorch's update rules exactly (torch.optim.SGD with dampening 0, torch.optim.Adam with L2
+weight decay added to the gradient), so runs can be compared step by step.
+"""
+import taichi as ti
+
+from . import F1
+
+
+@ti.kernel
+def sgd_step(params: F1, velocity: F1, grads: F1, lr: ti.f32, momentum: ti.f32, weight_decay: ti.f32):
+    # params, velocity, grads: (P,) f32; velocity starts at zero, which makes step 1 equal PyTorch's clone(g)
+    for i in params:
+        g = grads[i] + weight_decay * params[i]
+        v = momentum * velocity[i] + g
+        velocity[i] = v
+        params[i] -= lr * v
+
+
+@ti.kernel
+def adam_step(params: F1, m: F1, v: F1, grads: F1, lr: ti.f32, beta1: ti.f32, beta2: ti.f32, eps: ti.f32,
+              weight_decay: ti.f32, bias_c1: ti.f32, sqrt_bias_c2: ti.f32):
+    # params, m, v, grads: (P,) f32; bias_c1 = 1 - beta1**t and sqrt_bias_c2 = sqrt(1 - beta2**t), from the host
+    for i in params:
+        g = grads[i] + weight_decay * params[i]
+        mi = beta1 * m[i] + (1.0 - beta1) * g
+        vi = beta2 * v[i] + (1.0 - beta2) * g * g
+        m[i] = mi
+        v[i] = vi
+        params[i] -= (lr / bias_c1) * mi / (ti.sqrt(vi) / sqrt_bias_c2 + eps)

@@ -1,0 +1,296 @@
+"""Thin layer classes: shape inference and validation at build time, parameter shapes, FLOPs, kernel calls.
+
+A layer holds no buffers of its own. The :class:`~nncore.network.Sequential` that builds it owns the flat
+parameter and gradient buffers (a layer finds its weight and bias at ``self.offsets``) and the activation
+buffers per batch size; a layer's ``forward``/``backward`` only launch kernels on what they are handed.
+
+FLOPs count a multiply-add as 2; ReLU as 1 per element each way, sigmoid and tanh as 4 forward and 3
+backward, max-pool as one comparison per window element. Backward FLOPs leave out the input gradient of
+the first layer, which is never computed.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .errors import ConfigError
+from .kernels import activation as K_act
+from .kernels import conv as K_conv
+from .kernels import linear as K_lin
+from .kernels import pool as K_pool
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    return int(math.prod(shape))
+
+
+class Layer:
+    kind = "Layer"
+    keys: tuple[str, ...] = ()  # spec keys besides "type"
+    aliases_input = False  # True: the output is the input buffer itself (Flatten)
+
+    def __init__(self, index: int, in_shape: tuple[int, ...]):
+        self.index, self.in_shape = index, tuple(in_shape)
+        self.out_shape: tuple[int, ...] = self.in_shape
+        self.offsets: dict[str, int] = {}
+
+    def fail(self, msg: str) -> ConfigError:
+        return ConfigError(f"layer {self.index} ({self.kind}): {msg}")
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {}
+
+    def scratch_shapes(self, batch: int) -> dict[str, tuple[int, ...]]:
+        """Extra i32 buffers this layer keeps from forward to backward, per batch size."""
+        return {}
+
+    def flops(self, batch: int, need_dinp: bool = True) -> tuple[int, int]:
+        return 0, 0
+
+    def fan(self) -> tuple[int, int]:
+        return 0, 0
+
+    def spec(self) -> dict:
+        return {"type": self.kind}
+
+    def forward(self, out, inp, params, scratch) -> None:
+        raise NotImplementedError
+
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v}" for k, v in self.spec().items() if k != "type")
+        return f"{self.kind}({args})"
+
+
+def _pos_int(layer: Layer, name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise layer.fail(f"{name} {value!r} must be an integer")
+    if value < minimum:
+        raise layer.fail(f"{name} {value} must be >= {minimum}")
+    return value
+
+
+def _pair(layer: Layer, name: str, value, minimum: int = 1) -> tuple[int, int]:
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2:
+            raise layer.fail(f"{name} {list(value)!r} must be an integer or a pair of integers")
+        return _pos_int(layer, name, value[0], minimum), _pos_int(layer, name, value[1], minimum)
+    v = _pos_int(layer, name, value, minimum)
+    return v, v
+
+
+def _init_scheme(layer: Layer, init):
+    if init not in (None, "he", "xavier"):
+        raise layer.fail(f"init {init!r} is unknown; choose he or xavier")
+    return init
+
+
+def _short(pair: tuple[int, int]):
+    return pair[0] if pair[0] == pair[1] else list(pair)
+
+
+class Linear(Layer):
+    kind = "Linear"
+    keys = ("out_features", "in_features", "init")
+
+    def __init__(self, index, in_shape, out_features, in_features=None, init=None):
+        super().__init__(index, in_shape)
+        self.out_features = _pos_int(self, "out_features", out_features)
+        if len(self.in_shape) != 1:
+            raise self.fail(f"input shape {self.in_shape} is not flat; add a Flatten layer before it")
+        self.in_features = self.in_shape[0]
+        if in_features is not None and in_features != self.in_features:
+            raise self.fail(f"in_features {in_features!r} does not match the input size {self.in_features}")
+        self.init = _init_scheme(self, init)
+        self.out_shape = (self.out_features,)
+
+    def param_shapes(self):
+        return {"weight": (self.out_features, self.in_features), "bias": (self.out_features,)}
+
+    def fan(self):
+        return self.in_features, self.out_features
+
+    def flops(self, batch, need_dinp=True):
+        mac = 2 * batch * self.in_features * self.out_features
+        return mac + batch * self.out_features, mac * (2 if need_dinp else 1) + batch * self.out_features
+
+    def spec(self):
+        return {"type": self.kind, "out_features": self.out_features}
+
+    def forward(self, out, inp, params, scratch):
+        K_lin.linear_forward(out, inp, params, self.offsets["weight"], self.offsets["bias"])
+
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp):
+        K_lin.linear_backward(dinp, dparams, dout, inp, params, self.offsets["weight"], self.offsets["bias"],
+                              int(need_dinp))
+
+
+class _Activation(Layer):
+    keys = ()
+    fwd_flops, bwd_flops = 1, 1
+    _forward = _backward = None
+
+    def flops(self, batch, need_dinp=True):
+        n = batch * _size(self.in_shape)
+        return self.fwd_flops * n, self.bwd_flops * n if need_dinp else 0
+
+    def forward(self, out, inp, params, scratch):
+        type(self)._forward(out, inp)
+
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp):
+        if need_dinp:
+            type(self)._backward(dinp, dout, out)
+
+
+class ReLU(_Activation):
+    kind = "ReLU"
+    _forward, _backward = K_act.relu_forward, K_act.relu_backward
+
+
+class Sigmoid(_Activation):
+    kind = "Sigmoid"
+    fwd_flops, bwd_flops = 4, 3
+    _forward, _backward = K_act.sigmoid_forward, K_act.sigmoid_backward
+
+
+class Tanh(_Activation):
+    kind = "Tanh"
+    fwd_flops, bwd_flops = 4, 3
+    _forward, _backward = K_act.tanh_forward, K_act.tanh_backward
+
+
+def _spatial(layer: Layer) -> tuple[int, int, int]:
+    if len(layer.in_shape) != 3:
+        raise layer.fail(f"input shape {layer.in_shape} is not (channels, height, width)")
+    return layer.in_shape  # type: ignore[return-value]
+
+
+def _out_size(layer, size, k, s, p, axis) -> int:
+    n = (size + 2 * p - k) // s + 1
+    if size + 2 * p < k or n < 1:
+        raise layer.fail(f"kernel_size {k} is larger than the input {axis} {size}"
+                         + (f" with padding {p}" if p else "") + "; the output would be smaller than 1x1")
+    return n
+
+
+class Conv2D(Layer):
+    kind = "Conv2D"
+    keys = ("out_channels", "kernel_size", "stride", "padding", "in_channels", "init")
+
+    def __init__(self, index, in_shape, out_channels, kernel_size, stride=1, padding=0, in_channels=None,
+                 init=None):
+        super().__init__(index, in_shape)
+        self.out_channels = _pos_int(self, "out_channels", out_channels)
+        self.kernel, self.stride = _pair(self, "kernel_size", kernel_size), _pair(self, "stride", stride)
+        self.padding = _pair(self, "padding", padding, minimum=0)
+        self.c, self.h, self.w = _spatial(self)
+        if in_channels is not None and in_channels != self.c:
+            raise self.fail(f"in_channels {in_channels!r} does not match the input's {self.c} channels")
+        self.init = _init_scheme(self, init)
+        oh = _out_size(self, self.h, self.kernel[0], self.stride[0], self.padding[0], "height")
+        ow = _out_size(self, self.w, self.kernel[1], self.stride[1], self.padding[1], "width")
+        self.out_shape = (self.out_channels, oh, ow)
+
+    def param_shapes(self):
+        return {"weight": (self.out_channels, self.c, *self.kernel), "bias": (self.out_channels,)}
+
+    def fan(self):
+        k = self.kernel[0] * self.kernel[1]
+        return self.c * k, self.out_channels * k
+
+    def flops(self, batch, need_dinp=True):
+        outs = batch * _size(self.out_shape)
+        mac = 2 * outs * self.c * self.kernel[0] * self.kernel[1]
+        return mac + outs, mac * (2 if need_dinp else 1) + outs
+
+    def spec(self):
+        return {"type": self.kind, "out_channels": self.out_channels, "kernel_size": _short(self.kernel),
+                "stride": _short(self.stride), "padding": _short(self.padding)}
+
+    def _geometry(self):
+        return (self.c, self.h, self.w, self.out_channels, *self.kernel, *self.stride, *self.padding)
+
+    def forward(self, out, inp, params, scratch):
+        K_conv.conv2d_forward(out, inp, params, self.offsets["weight"], self.offsets["bias"], *self._geometry())
+
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp):
+        K_conv.conv2d_backward(dinp, dparams, dout, inp, params, self.offsets["weight"], self.offsets["bias"],
+                               *self._geometry(), int(need_dinp))
+
+
+class MaxPool2D(Layer):
+    kind = "MaxPool2D"
+    keys = ("kernel_size", "stride")
+
+    def __init__(self, index, in_shape, kernel_size, stride=None):
+        super().__init__(index, in_shape)
+        self.kernel = _pair(self, "kernel_size", kernel_size)
+        self.stride = self.kernel if stride is None else _pair(self, "stride", stride)
+        self.c, self.h, self.w = _spatial(self)
+        oh = _out_size(self, self.h, self.kernel[0], self.stride[0], 0, "height")
+        ow = _out_size(self, self.w, self.kernel[1], self.stride[1], 0, "width")
+        self.out_shape = (self.c, oh, ow)
+
+    def scratch_shapes(self, batch):
+        return {"argmax": (batch, _size(self.out_shape))}
+
+    def flops(self, batch, need_dinp=True):
+        fwd = batch * _size(self.out_shape) * self.kernel[0] * self.kernel[1]
+        return fwd, batch * _size(self.in_shape) if need_dinp else 0
+
+    def spec(self):
+        return {"type": self.kind, "kernel_size": _short(self.kernel), "stride": _short(self.stride)}
+
+    def _geometry(self):
+        return (self.c, self.h, self.w, *self.kernel, *self.stride)
+
+    def forward(self, out, inp, params, scratch):
+        K_pool.maxpool2d_forward(out, scratch["argmax"], inp, *self._geometry())
+
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp):
+        if need_dinp:
+            K_pool.maxpool2d_backward(dinp, dout, scratch["argmax"], *self._geometry())
+
+
+class Flatten(Layer):
+    """Free: activations are already stored flat, so the output is the input buffer."""
+
+    kind = "Flatten"
+    aliases_input = True
+
+    def __init__(self, index, in_shape):
+        super().__init__(index, in_shape)
+        self.out_shape = (_size(self.in_shape),)
+
+    def forward(self, out, inp, params, scratch):
+        pass
+
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp):
+        pass
+
+
+LAYER_TYPES: dict[str, type[Layer]] = {
+    cls.kind.lower(): cls for cls in (Linear, ReLU, Sigmoid, Tanh, Conv2D, MaxPool2D, Flatten)
+}
+
+
+def init_params(layer: Layer, rng: np.random.Generator, relu_follows: bool) -> dict[str, np.ndarray]:
+    """He-normal weights before a ReLU, Xavier-uniform otherwise (or the layer's ``init``); zero biases.
+
+    Drawn on the host in float64 from the seeded generator, then rounded to f32: the same seed gives
+    bit-identical weights on every arch.
+    """
+    shapes = layer.param_shapes()
+    if not shapes:
+        return {}
+    fan_in, fan_out = layer.fan()
+    scheme = getattr(layer, "init", None) or ("he" if relu_follows else "xavier")
+    if scheme == "he":
+        w = rng.normal(0.0, math.sqrt(2.0 / fan_in), size=shapes["weight"])
+    else:
+        a = math.sqrt(6.0 / (fan_in + fan_out))
+        w = rng.uniform(-a, a, size=shapes["weight"])
+    return {"weight": w.astype(np.float32), "bias": np.zeros(shapes["bias"], np.float32)}

@@ -1,0 +1,53 @@
+"""Loss functions over integer labels, each a fused forward+gradient kernel, and their fit to the network.
+
+``cross_entropy`` is softmax cross-entropy over K >= 2 logits (PyTorch's CrossEntropyLoss); ``bce`` is binary
+cross-entropy on logits (BCEWithLogitsLoss), one output for two classes or one sigmoid per class; ``mse``
+is mean squared error against the label (one output) or its one-hot row (PyTorch's MSELoss).
+"""
+from __future__ import annotations
+
+from .errors import ConfigError
+from .kernels import loss as K
+
+LOSSES = {
+    "cross_entropy": K.softmax_xent_forward_backward,
+    "bce": K.bce_logits_forward_backward,
+    "mse": K.mse_forward_backward,
+}
+ALIASES = {
+    "ce": "cross_entropy", "softmax_cross_entropy": "cross_entropy", "crossentropy": "cross_entropy",
+    "bce_with_logits": "bce", "binary_cross_entropy": "bce", "bcewithlogits": "bce",
+    "mean_squared_error": "mse",
+}
+
+
+class Loss:
+    """A loss bound to the network's output shape; ``n_classes`` is what the labels range over."""
+
+    def __init__(self, name: str, out_shape: tuple[int, ...]):
+        key = str(name).lower().replace("-", "_")
+        key = ALIASES.get(key, key)
+        if key not in LOSSES:
+            raise ConfigError(f"loss {name!r} is unknown; choose one of {', '.join(LOSSES)}")
+        self.name = key
+        if len(out_shape) != 1:
+            raise ConfigError(f"loss {key} needs a flat output, but the last layer gives {tuple(out_shape)}; "
+                              "end the network with Flatten and Linear")
+        self.outputs = out_shape[0]
+        if key == "cross_entropy" and self.outputs < 2:
+            raise ConfigError(f"loss cross_entropy needs at least 2 outputs (one per class), "
+                              f"but the last layer gives {self.outputs}; use bce for one output")
+        self.n_classes = 2 if self.outputs == 1 else self.outputs
+        self._kernel = LOSSES[key]
+
+    def check_classes(self, n_classes: int, where: str = "dataset") -> None:
+        """Raise ConfigError unless labels in [0, n_classes) fit this loss and output size."""
+        if n_classes != self.n_classes:
+            raise ConfigError(f"loss {self.name}: the network has {self.outputs} output(s), fit for "
+                              f"{self.n_classes} classes, but the {where} has {n_classes}")
+
+    def forward_backward(self, losses, dlogits, logits, labels) -> None:
+        self._kernel(losses, dlogits, logits, labels)
+
+    def __repr__(self) -> str:
+        return f"Loss({self.name!r}, outputs={self.outputs})"

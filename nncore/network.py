@@ -1,0 +1,341 @@
+"""Sequential networks built from a plain spec, with shape inference, buffers, weights I/O and one train step.
+
+A spec is ``{"input": [C, H, W] or [N], "layers": [{"type": "Linear", "out_features": 10}, ...],
+"loss": "cross_entropy"}`` -- as a dict, or the ``[model]`` table of a TOML file. Every mistake in it is a
+:class:`ConfigError` naming the layer index, the parameter and the value.
+
+Buffers: one flat f32 buffer holds every parameter, one the gradients (so the optimizer and, later, an
+Allreduce each touch one buffer). Activations live in a :class:`Workspace` made once per batch size and
+reused; a training step launches kernels on them and moves nothing between host and device.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from . import runtime
+from .errors import ConfigError, DataError, StaleBufferError
+from .layers import LAYER_TYPES, Flatten, Layer, MaxPool2D, ReLU, init_params
+from .losses import Loss
+from .runtime import ti
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+def _build_layer(index: int, raw, in_shape: tuple[int, ...]) -> Layer:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"layer {index}: expected a table such as {{type = \"Linear\", out_features = 10}}, "
+                          f"got {raw!r}")
+    kind = raw.get("type")
+    if not isinstance(kind, str):
+        raise ConfigError(f"layer {index}: missing 'type' (one of {', '.join(c.kind for c in LAYER_TYPES.values())})")
+    cls = LAYER_TYPES.get(kind.lower())
+    if cls is None:
+        raise ConfigError(f"layer {index}: unknown type {kind!r}; choose one of "
+                          f"{', '.join(c.kind for c in LAYER_TYPES.values())}")
+    args = {k: v for k, v in raw.items() if k != "type"}
+    unknown = sorted(set(args) - set(cls.keys))
+    if unknown:
+        allowed = ", ".join(cls.keys) or "none"
+        raise ConfigError(f"layer {index} ({cls.kind}): unknown parameter {unknown[0]!r} (allowed: {allowed})")
+    params = inspect.signature(cls.__init__).parameters.values()
+    missing = [p.name for p in params if p.default is inspect.Parameter.empty
+               and p.name not in ("self", "index", "in_shape") and p.name not in args]
+    if missing:
+        raise ConfigError(f"layer {index} ({cls.kind}): missing parameter {missing[0]!r}")
+    return cls(index, in_shape, **args)
+
+
+def _input_shape(value) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if (not isinstance(value, (list, tuple)) or len(value) not in (1, 3)
+            or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value)):
+        raise ConfigError(f"input {value!r} must be [features] or [channels, height, width] of positive integers")
+    return tuple(value)
+
+
+class Workspace:
+    """Every buffer one batch size needs: activations, their gradients, layer scratch, labels, losses."""
+
+    def __init__(self, net: "Sequential", batch: int):
+        self.batch = batch
+        size = lambda shape: int(math.prod(shape))  # noqa: E731
+        self.acts = [ti.ndarray(ti.f32, shape=(batch, size(net.input_shape)))]
+        for layer in net.layers:
+            self.acts.append(self.acts[-1] if layer.aliases_input
+                             else ti.ndarray(ti.f32, shape=(batch, size(layer.out_shape))))
+        n = len(net.layers)
+        self.dacts: list = [None] * (n + 1)
+        self.dacts[n] = ti.ndarray(ti.f32, shape=(batch, size(net.out_shape)))
+        for i in range(n - 1, 0, -1):
+            self.dacts[i] = self.dacts[i + 1] if net.layers[i].aliases_input \
+                else ti.ndarray(ti.f32, shape=(batch, size(net.layers[i].in_shape)))
+        # Layer 0 never computes an input gradient; its kernel gets the input as a placeholder it never writes.
+        self.dacts[0] = self.acts[0]
+        self.scratch = [{k: ti.ndarray(ti.i32, shape=s) for k, s in layer.scratch_shapes(batch).items()}
+                        for layer in net.layers]
+        self.labels = ti.ndarray(ti.i32, shape=(batch,))
+        self.losses = ti.ndarray(ti.f32, shape=(batch,))
+        self.loss_out = ti.ndarray(ti.f32, shape=(1,))
+        self.correct = ti.ndarray(ti.i32, shape=(1,))
+
+    @property
+    def x(self):
+        return self.acts[0]
+
+    @property
+    def logits(self):
+        return self.acts[-1]
+
+    def load(self, x: np.ndarray, y: np.ndarray | None = None) -> None:
+        """Copy a host batch in (tests, interop); training gathers batches on the device instead."""
+        self.acts[0].from_numpy(np.ascontiguousarray(x, np.float32).reshape(self.batch, -1))
+        if y is not None:
+            self.labels.from_numpy(np.ascontiguousarray(y, np.int32))
+
+    def loss_value(self) -> float:
+        """The last batch's mean loss (one reduce launch and one scalar to the host)."""
+        from .kernels.loss import loss_sum
+
+        loss_sum(self.loss_out, self.losses)
+        return float(self.loss_out.to_numpy()[0])
+
+
+class Sequential:
+    """Layers in order, built and shape-checked from a spec; owns parameter, gradient and batch buffers."""
+
+    def __init__(self, layers: list, input_shape, loss: str | None = None, seed: int = 0):
+        if not isinstance(layers, list) or not layers:
+            raise ConfigError("layers must be a non-empty list of layer tables")
+        self.input_shape = _input_shape(input_shape)
+        self.layers: list[Layer] = []
+        shape = self.input_shape
+        for i, raw in enumerate(layers):
+            layer = _build_layer(i, raw, shape)
+            self.layers.append(layer)
+            shape = layer.out_shape
+        self.out_shape = shape
+        self.loss = Loss(loss, shape) if loss is not None else None
+        self.n_params = 0
+        for layer in self.layers:
+            for name, pshape in layer.param_shapes().items():
+                layer.offsets[name] = self.n_params
+                self.n_params += int(math.prod(pshape))
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"seed {seed!r} must be a non-negative integer")
+        self.seed = seed
+        self._alloc(self.initial_state(seed))
+
+    # -- construction -----------------------------------------------------------------------------------
+    @classmethod
+    def from_spec(cls, spec: dict, seed: int = 0) -> "Sequential":
+        if not isinstance(spec, dict):
+            raise ConfigError(f"the model spec must be a table, got {type(spec).__name__}")
+        unknown = sorted(set(spec) - {"input", "layers", "loss"})
+        if unknown:
+            raise ConfigError(f"model: unknown field {unknown[0]!r} (allowed: input, layers, loss)")
+        if "input" not in spec:
+            raise ConfigError("model: missing field 'input' (e.g. input = [1, 28, 28])")
+        return cls(spec.get("layers"), spec["input"], spec.get("loss"), seed=seed)
+
+    @classmethod
+    def from_toml(cls, path, seed: int = 0) -> "Sequential":
+        return cls.from_spec(read_model_spec(path), seed=seed)
+
+    def spec(self) -> dict:
+        out = {"input": list(self.input_shape), "layers": [layer.spec() for layer in self.layers]}
+        if self.loss is not None:
+            out["loss"] = self.loss.name
+        return out
+
+    def initial_state(self, seed: int) -> dict[str, np.ndarray]:
+        """Seeded initial weights, computed on the host (bit-identical on every arch)."""
+        rng = np.random.Generator(np.random.PCG64(seed))
+        state = {}
+        for i, layer in enumerate(self.layers):
+            # He init when the next layer that changes values is a ReLU (Flatten and pooling pass through).
+            nxt = next((l for l in self.layers[i + 1:] if not isinstance(l, (Flatten, MaxPool2D))), None)
+            for name, arr in init_params(layer, rng, isinstance(nxt, ReLU)).items():
+                state[f"{i}.{name}"] = arr
+        return state
+
+    def _alloc(self, state: dict[str, np.ndarray]) -> None:
+        runtime.require()
+        self._gen = runtime.generation()
+        n = max(self.n_params, 1)
+        self.params = ti.ndarray(ti.f32, shape=(n,))
+        self.grads = ti.ndarray(ti.f32, shape=(n,))
+        self.grads.fill(0.0)
+        self._workspaces: dict[int, Workspace] = {}
+        self.load_state_dict(state)
+
+    def _check_live(self) -> None:
+        if self._gen != runtime.generation():
+            raise StaleBufferError("the network's buffers belong to a Taichi runtime that was re-initialised; "
+                                   "move it with net.to(arch) instead of calling runtime.init directly")
+
+    def to(self, arch: str, threads: int | None = None, optimizer=None) -> "Sequential":
+        """Re-initialise Taichi on ``arch`` and move the weights (and optimizer state) through host copies."""
+        self._check_live()
+        state = self.state_dict()
+        opt_state = optimizer.state_dict() if optimizer is not None else None
+        runtime.init(arch, threads)
+        self._alloc(state)
+        if optimizer is not None:
+            optimizer.load_state_dict(opt_state)
+        return self
+
+    # -- shapes and cost ----------------------------------------------------------------------------------
+    def param_names(self) -> dict[str, tuple[int, ...]]:
+        """PyTorch nn.Sequential state_dict names -> shapes, in order."""
+        return {f"{i}.{n}": s for i, layer in enumerate(self.layers) for n, s in layer.param_shapes().items()}
+
+    def summary(self, batch: int = 1) -> list[dict]:
+        """One row per layer: index, type, output shape, parameters, forward and backward FLOPs."""
+        rows = []
+        for i, layer in enumerate(self.layers):
+            fwd, bwd = layer.flops(batch, need_dinp=i > 0)
+            n = sum(int(math.prod(s)) for s in layer.param_shapes().values())
+            rows.append({"index": i, "type": layer.kind, "repr": repr(layer), "out_shape": layer.out_shape,
+                         "params": n, "flops_fwd": fwd, "flops_bwd": bwd})
+        return rows
+
+    # -- buffers and the training step ---------------------------------------------------------------------
+    def workspace(self, batch: int) -> Workspace:
+        """The buffers for ``batch``, made on first use and reused after."""
+        self._check_live()
+        if batch not in self._workspaces:
+            if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+                raise ConfigError(f"batch size {batch!r} must be a positive integer")
+            self._workspaces[batch] = Workspace(self, batch)
+        return self._workspaces[batch]
+
+    def forward(self, ws: Workspace):
+        self._check_live()
+        for i, layer in enumerate(self.layers):
+            layer.forward(ws.acts[i + 1], ws.acts[i], self.params, ws.scratch[i])
+        return ws.logits
+
+    def loss_grad(self, ws: Workspace) -> None:
+        """Per-sample losses and d(loss)/d(logits) into ``ws``."""
+        if self.loss is None:
+            raise ConfigError("the network has no loss; give one in the spec (loss = \"cross_entropy\")")
+        self.loss.forward_backward(ws.losses, ws.dacts[-1], ws.logits, ws.labels)
+
+    def backward(self, ws: Workspace) -> None:
+        """Gradients of every parameter into ``self.grads`` (overwritten, not accumulated)."""
+        for i in range(len(self.layers) - 1, -1, -1):
+            self.layers[i].backward(ws.dacts[i], self.grads, ws.dacts[i + 1], ws.acts[i], ws.acts[i + 1],
+                                    self.params, ws.scratch[i], i > 0)
+
+    def train_step(self, ws: Workspace, optimizer) -> None:
+        """Forward, loss, backward and update on the batch already in ``ws``; all on the device."""
+        self.forward(ws)
+        self.loss_grad(ws)
+        self.backward(ws)
+        optimizer.step(self.params, self.grads)
+
+    def predict(self, x: np.ndarray, batch: int = 256) -> np.ndarray:
+        """Logits for host inputs (tests, interop): copies in and out, so not for the training loop."""
+        x = np.asarray(x, np.float32).reshape(len(x), -1)
+        out = []
+        for s in range(0, len(x), batch):
+            chunk = x[s:s + batch]
+            ws = self.workspace(len(chunk))
+            ws.load(chunk)
+            out.append(self.forward(ws).to_numpy())
+        return np.concatenate(out) if out else np.zeros((0, *self.out_shape), np.float32)
+
+    # -- weights -----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Host copies of the weights with PyTorch nn.Sequential names and shapes."""
+        self._check_live()
+        flat = self.params.to_numpy()
+        out = {}
+        for i, layer in enumerate(self.layers):
+            for name, shape in layer.param_shapes().items():
+                off = layer.offsets[name]
+                out[f"{i}.{name}"] = flat[off:off + int(math.prod(shape))].reshape(shape).copy()
+        return out
+
+    def load_state_dict(self, state: dict, source: str = "state") -> None:
+        """Copy weights in; raises DataError at the first name or shape that does not match."""
+        expected = self.param_names()
+        for name, shape in expected.items():
+            if name not in state:
+                raise DataError(f"{source}: missing {name} (shape {shape}) that the network needs")
+            got = tuple(np.shape(state[name]))
+            if got != shape:
+                raise DataError(f"{source}: {name} has shape {got}, the network expects {shape}")
+        extra = sorted(set(state) - set(expected))
+        if extra:
+            raise DataError(f"{source}: {extra[0]} does not belong to this network")
+        flat = np.zeros(max(self.n_params, 1), np.float32)
+        for i, layer in enumerate(self.layers):
+            for name, shape in layer.param_shapes().items():
+                off = layer.offsets[name]
+                flat[off:off + int(math.prod(shape))] = np.asarray(state[f"{i}.{name}"], np.float32).ravel()
+        self.params.from_numpy(flat)
+
+    def save_weights(self, path) -> None:
+        """Write an .npz loadable by ``torch.nn.Sequential.load_state_dict`` (via torch.from_numpy); atomic."""
+        write_npz_atomic(path, self.state_dict())
+
+    def load_weights(self, path) -> None:
+        self.load_state_dict(read_npz(path), source=str(path))
+
+    def __repr__(self) -> str:
+        inner = ",\n".join(f"  ({i}): {layer!r}" for i, layer in enumerate(self.layers))
+        return f"Sequential(input={self.input_shape},\n{inner}\n)  loss={self.loss.name if self.loss else None}"
+
+
+def write_npz_atomic(path, arrays: dict[str, np.ndarray]) -> None:
+    """Temporary file in the same directory, fsync, then rename: a crash leaves the old file whole."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_npz(path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise DataError(f"{path}: not a readable .npz weights file ({exc})") from None
+
+
+def read_model_spec(path) -> dict:
+    """The ``[model]`` table of a TOML config (or the whole file when it has no such table)."""
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML ({exc})") from None
+    model = doc.get("model", doc)
+    if not isinstance(model, dict):
+        raise ConfigError(f"{path}: 'model' must be a table ([model])")
+    return model

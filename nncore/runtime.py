@@ -1,0 +1,181 @@
+"""The one place that calls ``ti.init``: backend names, availability, and switching between them.
+
+Arch names: ``cpu-serial`` (one thread), ``cpu-parallel`` (all cores, or ``threads=N``) and ``cuda``.
+Taichi silently falls back to the CPU when CUDA does not work; :func:`init` checks the arch actually in
+use and raises :class:`BackendUnavailable` instead, so CPU timings are never labelled CUDA.
+
+Limits: Taichi is bound to the thread that called ``ti.init`` -- every Taichi call of a process must
+happen on that thread. Re-initialising (switching arch) destroys every ndarray; objects holding
+ndarrays notice through :func:`generation` and must be rebuilt from host copies.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import io
+import os
+import platform
+import threading
+from dataclasses import dataclass
+
+# Quiet Taichi's import banner and its info lines; must happen before taichi is first imported.
+os.environ.setdefault("ENABLE_TAICHI_HEADER_PRINT", "0")
+os.environ.setdefault("TI_LOG_LEVEL", "error")
+os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")  # ti.init would otherwise ask the network
+
+import taichi as ti  # noqa: E402
+
+from .errors import BackendUnavailable, ConfigError  # noqa: E402
+
+ARCHS = ("cpu-serial", "cpu-parallel", "cuda")
+
+
+@dataclass(frozen=True)
+class ArchStatus:
+    """Whether one backend works on this machine, and why not if it does not."""
+
+    name: str
+    available: bool
+    reason: str  # empty when available
+    device: str  # CPU model or GPU name, when known
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """The backend actually in use after :func:`init`."""
+
+    arch: str
+    threads: int  # CPU worker threads; 0 on cuda
+    device: str
+    generation: int
+
+
+_current: RuntimeInfo | None = None
+_generation = 0
+_owner_thread: int | None = None
+
+
+def cpu_count() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _probe_cuda() -> tuple[bool, str, str]:
+    """Ask the CUDA driver directly (without ``ti.init``, which would reset the runtime)."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False, "no CUDA driver (libcuda.so.1 not found)", ""
+    if lib.cuInit(0) != 0:
+        return False, "the CUDA driver failed to initialise (cuInit)", ""
+    count = ctypes.c_int(0)
+    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value < 1:
+        return False, "the CUDA driver sees no GPU", ""
+    dev = ctypes.c_int(0)
+    name = ctypes.create_string_buffer(256)
+    lib.cuDeviceGet(ctypes.byref(dev), 0)
+    lib.cuDeviceGetName(name, 256, dev)
+    return True, "", name.value.decode(errors="replace")
+
+
+_cuda_probe: tuple[bool, str, str] | None = None
+
+
+def available_archs() -> list[ArchStatus]:
+    """Each backend with whether it works here and, if not, why. Does not touch the runtime."""
+    global _cuda_probe
+    if _cuda_probe is None:
+        _cuda_probe = _probe_cuda()
+    ok, reason, gpu = _cuda_probe
+    cpu = cpu_name()
+    return [
+        ArchStatus("cpu-serial", True, "", cpu),
+        ArchStatus("cpu-parallel", True, "", f"{cpu} ({cpu_count()} cores)"),
+        ArchStatus("cuda", ok, reason, gpu),
+    ]
+
+
+def _check_thread() -> None:
+    if _owner_thread is not None and threading.get_ident() != _owner_thread:
+        raise RuntimeError("Taichi is bound to the thread that initialised it; call nncore from that thread")
+
+
+def init(arch: str = "cpu-parallel", threads: int | None = None) -> RuntimeInfo:
+    """(Re)initialise Taichi on ``arch``. Every ndarray made before this call becomes unusable."""
+    global _current, _generation, _owner_thread
+    if arch not in ARCHS:
+        raise ConfigError(f"arch {arch!r} is unknown; choose one of {', '.join(ARCHS)}")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"threads {threads!r} must be a positive integer")
+    if arch == "cpu-serial" and threads not in (None, 1):
+        raise ConfigError(f"threads {threads} does not fit cpu-serial, which runs one thread")
+    status = {s.name: s for s in available_archs()}[arch]
+    if not status.available:
+        raise BackendUnavailable(f"{arch} is unavailable: {status.reason}")
+    if arch == "cuda":
+        n_threads = 0
+        kwargs = dict(arch=ti.cuda)
+    else:
+        n_threads = 1 if arch == "cpu-serial" else (threads or cpu_count())
+        kwargs = dict(arch=ti.cpu, cpu_max_num_threads=n_threads)
+    # Every option is passed again on each call: ti.init resets all of them to their defaults.
+    # ti.init prints "[Taichi] Starting on arch=..." to stdout, which must stay clean for --jsonl -.
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            ti.init(default_fp=ti.f32, default_ip=ti.i32, offline_cache=True, random_seed=0,
+                    log_level=ti.ERROR, enable_fallback=False, **kwargs)
+    except RuntimeError as exc:
+        _current = None
+        raise BackendUnavailable(f"{arch} is unavailable: {exc}") from None
+    in_use = ti.lang.impl.current_cfg().arch
+    if arch == "cuda" and in_use != ti.cuda:
+        _current = None
+        raise BackendUnavailable(f"cuda is unavailable: Taichi fell back to {in_use.name}")
+    _generation += 1
+    _owner_thread = threading.get_ident()
+    _current = RuntimeInfo(arch, n_threads, status.device, _generation)
+    return _current
+
+
+def current() -> RuntimeInfo | None:
+    """The backend in use, or None before the first :func:`init`."""
+    return _current
+
+
+def ensure(arch: str = "cpu-parallel", threads: int | None = None) -> RuntimeInfo:
+    """Initialise on ``arch`` unless the runtime already runs it with these threads."""
+    cur = _current
+    want = 1 if arch == "cpu-serial" else (0 if arch == "cuda" else (threads or cpu_count()))
+    if cur is not None and cur.arch == arch and cur.threads == want:
+        return cur
+    return init(arch, threads)
+
+
+def require() -> RuntimeInfo:
+    """The runtime in use; initialises cpu-parallel if none is."""
+    _check_thread()
+    return _current if _current is not None else init()
+
+
+def generation() -> int:
+    """Increments with every :func:`init`; buffers remember the one they were made in."""
+    return _generation
+
+
+def sync() -> None:
+    """Wait for every launched kernel to finish (needed before timing on cuda)."""
+    ti.sync()

@@ -1,0 +1,263 @@
+"""Every kernel pair against the float64 NumPy reference, on random non-zero inputs of odd shapes.
+
+Forward: relative error < 1e-5. Backward: against the analytic float64 gradient (< 1e-5) and, on small
+shapes, against central finite differences of the float64 forward (< 1e-4, f32 kernels vs f64 differences).
+"""
+import numpy as np
+import pytest
+
+from nncore.kernels import activation as KA
+from nncore.kernels import conv as KC
+from nncore.kernels import linear as KL
+from nncore.kernels import loss as KLoss
+from nncore.kernels import optim as KO
+from nncore.kernels import pool as KP
+from nncore.kernels.data import gather_rows
+from tests.conftest import nd, rel_err
+from tests.nncore import reference as R
+
+FWD_TOL, BWD_TOL, FD_TOL = 1e-5, 1e-5, 1e-4
+
+
+def f32(a):
+    return a.astype(np.float32).astype(np.float64)  # what the kernel actually sees
+
+
+def zeros(*shape):
+    return nd(np.zeros(shape, np.float32))
+
+
+@pytest.mark.parametrize("b,n_in,n_out", [(1, 1, 1), (5, 37, 13), (3, 129, 67), (17, 5, 130)])
+def test_linear(arch, rng, b, n_in, n_out):
+    x, w, bias = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in))), f32(rng.normal(size=n_out))
+    dout = f32(rng.normal(size=(b, n_out)))
+    # Weight and bias sit behind 3 unrelated values, to test the offsets.
+    params = np.concatenate([[7.0, -3.0, 2.0], w.ravel(), bias])
+    w_off, b_off = 3, 3 + w.size
+    out = zeros(b, n_out)
+    KL.linear_forward(out, nd(x), nd(params), w_off, b_off)
+    assert rel_err(out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
+
+    dinp, dparams = zeros(b, n_in), nd(np.full(params.size, 9.0))
+    KL.linear_backward(dinp, dparams, nd(dout), nd(x), nd(params), w_off, b_off, 1)
+    dx, dw, db = R.linear_grads(x, w, dout)
+    got = dparams.to_numpy()
+    assert rel_err(dinp.to_numpy(), dx) < BWD_TOL
+    assert rel_err(got[w_off:b_off].reshape(w.shape), dw) < BWD_TOL
+    assert rel_err(got[b_off:], db) < BWD_TOL
+    assert np.all(got[:3] == 9.0)  # nothing outside the layer's slice is touched
+
+
+def test_linear_skips_input_gradient_when_told(arch, rng):
+    x, w = rng.normal(size=(4, 6)), rng.normal(size=(3, 6))
+    params = np.concatenate([w.ravel(), np.zeros(3)])
+    dinp = nd(np.full((4, 6), 5.0))
+    KL.linear_backward(dinp, zeros(params.size), nd(rng.normal(size=(4, 3))), nd(x), nd(params), 0, 18, 0)
+    assert np.all(dinp.to_numpy() == 5.0)
+
+
+def test_linear_backward_matches_finite_differences(arch, rng):
+    x, w, bias = f32(rng.normal(size=(3, 4))), f32(rng.normal(size=(5, 4))), f32(rng.normal(size=5))
+    g = f32(rng.normal(size=(3, 5)))  # L = sum(out * g)
+    params = np.concatenate([w.ravel(), bias])
+    dinp, dparams = zeros(3, 4), zeros(params.size)
+    KL.linear_backward(dinp, dparams, nd(g), nd(x), nd(params), 0, w.size, 1)
+    fd_x = R.central_diff(lambda v: np.sum(R.linear(v, w, bias) * g), x)
+    fd_p = R.central_diff(lambda p: np.sum(R.linear(x, p[:20].reshape(5, 4), p[20:]) * g), params)
+    assert rel_err(dinp.to_numpy(), fd_x) < FD_TOL
+    assert rel_err(dparams.to_numpy(), fd_p) < FD_TOL
+
+
+ACTS = {
+    "relu": (KA.relu_forward, KA.relu_backward, R.relu),
+    "sigmoid": (KA.sigmoid_forward, KA.sigmoid_backward, R.sigmoid),
+    "tanh": (KA.tanh_forward, KA.tanh_backward, np.tanh),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACTS))
+@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (3, 1001)])
+def test_activation(arch, rng, name, shape):
+    fwd, bwd, ref = ACTS[name]
+    x = f32(rng.normal(scale=3.0, size=shape))
+    x[0, 0] = 0.5  # keep one value clear of ReLU's kink
+    dout = f32(rng.normal(size=shape))
+    out, dinp = zeros(*shape), zeros(*shape)
+    fwd(out, nd(x))
+    assert rel_err(out.to_numpy(), ref(x)) < FWD_TOL
+    bwd(dinp, nd(dout), out)
+    x_safe = np.where(np.abs(x) < 1e-3, 1e-3, x)  # finite differences across ReLU's kink are meaningless
+    fd = R.central_diff(lambda v: np.sum(ref(v) * dout), x_safe)
+    assert rel_err(dinp.to_numpy(), fd) < FD_TOL
+
+
+def test_sigmoid_and_tanh_do_not_overflow(arch):
+    x = np.array([[-1e4, -90.0, 0.0, 90.0, 1e4]])
+    for name in ("sigmoid", "tanh"):
+        out = zeros(1, 5)
+        ACTS[name][0](out, nd(x))
+        assert np.all(np.isfinite(out.to_numpy()))
+        assert rel_err(out.to_numpy(), ACTS[name][2](x)) < FWD_TOL
+
+
+CONV_CASES = [
+    # B, C, H, W, OC, kernel, stride, padding
+    (2, 1, 5, 5, 1, (3, 3), (1, 1), (0, 0)),
+    (3, 2, 9, 11, 5, (3, 2), (1, 2), (1, 0)),
+    (2, 3, 8, 7, 4, (2, 3), (2, 1), (0, 2)),
+    (1, 4, 13, 13, 3, (5, 5), (3, 3), (2, 2)),
+    (5, 1, 28, 28, 7, (3, 3), (1, 1), (0, 0)),
+]
+
+
+def _conv_geom(c, h, w, oc, k, s, p):
+    return (c, h, w, oc, k[0], k[1], s[0], s[1], p[0], p[1])
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv2d(arch, rng, case):
+    b, c, h, w, oc, k, s, p = case
+    x = f32(rng.normal(size=(b, c, h, w)))
+    wt, bias = f32(rng.normal(size=(oc, c, *k))), f32(rng.normal(size=oc))
+    ref = R.conv2d(x, wt, bias, s, p)
+    dout = f32(rng.normal(size=ref.shape))
+    params = np.concatenate([[1.0], wt.ravel(), bias])
+    w_off, b_off = 1, 1 + wt.size
+    geom = _conv_geom(c, h, w, oc, k, s, p)
+    out = zeros(b, ref[0].size)
+    KC.conv2d_forward(out, nd(x.reshape(b, -1)), nd(params), w_off, b_off, *geom)
+    assert rel_err(out.to_numpy(), ref.reshape(b, -1)) < FWD_TOL
+
+    dinp, dparams = zeros(b, c * h * w), zeros(params.size)
+    KC.conv2d_backward(dinp, dparams, nd(dout.reshape(b, -1)), nd(x.reshape(b, -1)), nd(params), w_off, b_off,
+                       *geom, 1)
+    dx, dw, db = R.conv2d_grads(x, wt, dout, s, p)
+    got = dparams.to_numpy()
+    assert rel_err(dinp.to_numpy(), dx.reshape(b, -1)) < BWD_TOL
+    assert rel_err(got[w_off:b_off], dw.ravel()) < BWD_TOL
+    assert rel_err(got[b_off:], db) < BWD_TOL
+
+
+def test_conv2d_backward_matches_finite_differences(arch, rng):
+    b, c, h, w, oc, k, s, p = 2, 2, 5, 4, 3, (3, 2), (2, 1), (1, 1)
+    x = f32(rng.normal(size=(b, c, h, w)))
+    wt, bias = f32(rng.normal(size=(oc, c, *k))), f32(rng.normal(size=oc))
+    g = f32(rng.normal(size=R.conv2d(x, wt, bias, s, p).shape))
+    params = np.concatenate([wt.ravel(), bias])
+    dinp, dparams = zeros(b, c * h * w), zeros(params.size)
+    KC.conv2d_backward(dinp, dparams, nd(g.reshape(b, -1)), nd(x.reshape(b, -1)), nd(params), 0, wt.size,
+                       *_conv_geom(c, h, w, oc, k, s, p), 1)
+    fd_x = R.central_diff(lambda v: np.sum(R.conv2d(v, wt, bias, s, p) * g), x)
+    fd_p = R.central_diff(
+        lambda q: np.sum(R.conv2d(x, q[:wt.size].reshape(wt.shape), q[wt.size:], s, p) * g), params)
+    assert rel_err(dinp.to_numpy(), fd_x.reshape(b, -1)) < FD_TOL
+    assert rel_err(dparams.to_numpy(), fd_p) < FD_TOL
+
+
+POOL_CASES = [(2, 3, 6, 6, (2, 2), (2, 2)), (3, 2, 7, 9, (3, 2), (2, 3)), (1, 4, 5, 5, (3, 3), (1, 1)),
+              (2, 1, 11, 13, (2, 3), (3, 2))]
+
+
+@pytest.mark.parametrize("case", POOL_CASES)
+def test_maxpool2d(arch, rng, case):
+    b, c, h, w, k, s = case
+    x = f32(rng.normal(size=(b, c, h, w)))  # continuous values: no ties
+    ref = R.maxpool2d(x, k, s)
+    dout = f32(rng.normal(size=ref.shape))
+    geom = (c, h, w, *k, *s)
+    out, argmax = zeros(b, ref[0].size), nd(np.zeros((b, ref[0].size), np.int32))
+    KP.maxpool2d_forward(out, argmax, nd(x.reshape(b, -1)), *geom)
+    assert rel_err(out.to_numpy(), ref.reshape(b, -1)) < FWD_TOL
+    dinp = nd(np.full((b, c * h * w), 3.0))
+    KP.maxpool2d_backward(dinp, nd(dout.reshape(b, -1)), argmax, *geom)
+    assert rel_err(dinp.to_numpy(), R.maxpool2d_grad(x, dout, k, s).reshape(b, -1)) < BWD_TOL
+    fd = R.central_diff(lambda v: np.sum(R.maxpool2d(v, k, s) * dout), x)
+    assert rel_err(dinp.to_numpy(), fd.reshape(b, -1)) < FD_TOL
+
+
+def test_maxpool2d_ties_go_to_the_first_element(arch):
+    x = np.ones((1, 1, 2, 2))
+    out, argmax = zeros(1, 1), nd(np.zeros((1, 1), np.int32))
+    KP.maxpool2d_forward(out, argmax, nd(x.reshape(1, -1)), 1, 2, 2, 2, 2, 2, 2)
+    dinp = zeros(1, 4)
+    KP.maxpool2d_backward(dinp, nd(np.array([[2.5]])), argmax, 1, 2, 2, 2, 2, 2, 2)
+    assert argmax.to_numpy()[0, 0] == 0
+    assert dinp.to_numpy().tolist() == [[2.5, 0.0, 0.0, 0.0]]
+
+
+LOSSES = {
+    "cross_entropy": (KLoss.softmax_xent_forward_backward, R.cross_entropy),
+    "bce": (KLoss.bce_logits_forward_backward, R.bce_logits),
+    "mse": (KLoss.mse_forward_backward, R.mse),
+}
+
+
+# cross_entropy needs at least 2 classes (the network builder refuses one output), the others take k=1 too.
+@pytest.mark.parametrize("name,b,k", [(n, b, k) for n in sorted(LOSSES) for b, k in [(1, 1), (7, 1), (5, 3), (13, 10)]
+                                      if not (n == "cross_entropy" and k == 1)])
+def test_loss(arch, rng, name, b, k):
+    kernel, ref = LOSSES[name]
+    logits = f32(rng.normal(scale=4.0, size=(b, k)))
+    labels = rng.integers(0, max(k, 2), size=b)
+    losses, dlogits, total = zeros(b), zeros(b, k), zeros(1)
+    kernel(losses, dlogits, nd(logits), nd(labels.astype(np.int32)))
+    KLoss.loss_sum(total, losses)
+    want, grad = ref(logits, labels)
+    assert rel_err(total.to_numpy()[0], want) < FWD_TOL
+    assert rel_err(dlogits.to_numpy(), grad) < BWD_TOL
+    fd = R.central_diff(lambda v: ref(v, labels)[0], logits)
+    assert rel_err(dlogits.to_numpy(), fd) < FD_TOL
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_loss_is_finite_on_huge_logits(arch, name):
+    logits = np.array([[1e4, -1e4, 0.0], [-3e4, 2e4, 1e4]])
+    kernel, ref = LOSSES[name]
+    labels = np.array([1, 0], np.int32)
+    losses, dlogits, total = zeros(2), zeros(2, 3), zeros(1)
+    kernel(losses, dlogits, nd(logits), nd(labels))
+    KLoss.loss_sum(total, losses)
+    assert np.isfinite(total.to_numpy()[0]) and np.all(np.isfinite(dlogits.to_numpy()))
+    assert rel_err(total.to_numpy()[0], ref(logits, labels)[0]) < FWD_TOL
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_count_correct(arch, rng, k):
+    logits = rng.normal(size=(37, k))
+    labels = rng.integers(0, max(k, 2), size=37)
+    pred = (logits[:, 0] > 0).astype(int) if k == 1 else logits.argmax(1)
+    out = nd(np.zeros(1, np.int32))
+    KLoss.count_correct(out, nd(logits), nd(labels.astype(np.int32)))
+    assert out.to_numpy()[0] == int(np.sum(pred == labels))
+
+
+def test_sgd_step(arch, rng):
+    p, v, g = (f32(rng.normal(size=1013)) for _ in range(3))
+    pa, va = nd(p), nd(v)
+    KO.sgd_step(pa, va, nd(g), 0.05, 0.9, 0.01)
+    want_p, want_v = R.sgd(p, v, g, 0.05, 0.9, 0.01)
+    assert rel_err(pa.to_numpy(), want_p) < FWD_TOL
+    assert rel_err(va.to_numpy(), want_v) < FWD_TOL
+
+
+def test_adam_steps(arch, rng):
+    p = f32(rng.normal(size=777))
+    m, v = np.zeros_like(p), np.zeros_like(p)
+    pa, ma, va = nd(p), nd(m), nd(v)
+    lr, b1, b2, eps, wd = 0.01, 0.8, 0.95, 1e-6, 0.02
+    for t in range(1, 4):
+        g = f32(rng.normal(size=p.size))
+        KO.adam_step(pa, ma, va, nd(g), lr, b1, b2, eps, wd, 1 - b1 ** t, np.sqrt(1 - b2 ** t))
+        p, m, v = R.adam(p, m, v, g, t, lr, b1, b2, eps, wd)
+        assert rel_err(pa.to_numpy(), p) < FWD_TOL
+    assert rel_err(ma.to_numpy(), m) < FWD_TOL
+    assert rel_err(va.to_numpy(), v) < FWD_TOL
+
+
+def test_gather_rows(arch, rng):
+    src, labels = rng.normal(size=(50, 7)), rng.integers(0, 9, size=50)
+    order = rng.permutation(50)
+    out, lab = zeros(6, 7), nd(np.zeros(6, np.int32))
+    gather_rows(out, lab, nd(src), nd(labels.astype(np.int32)), nd(order.astype(np.int32)), 11)
+    assert rel_err(out.to_numpy(), src[order[11:17]]) < FWD_TOL
+    assert lab.to_numpy().tolist() == labels[order[11:17]].tolist()
