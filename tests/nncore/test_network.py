@@ -1,0 +1,190 @@
+"""Sequential: shape inference, ConfigError messages, whole-network gradients, buffers, arch moves."""
+import math
+
+import numpy as np
+import pytest
+
+from nncore import runtime
+from nncore.errors import ConfigError, StaleBufferError
+from nncore.network import Sequential
+from nncore.optim import SGD, Adam
+from tests.conftest import rel_err
+from tests.nncore import reference as R
+
+CNN = [{"type": "Conv2D", "out_channels": 3, "kernel_size": 3, "padding": 1, "stride": 2},
+       {"type": "Tanh"}, {"type": "MaxPool2D", "kernel_size": 2, "stride": 1}, {"type": "Flatten"},
+       {"type": "Linear", "out_features": 6}, {"type": "ReLU"}, {"type": "Linear", "out_features": 4}]
+CNN_INPUT = [2, 7, 9]
+
+
+def test_shapes_params_and_flops(cpu):
+    net = Sequential(CNN, CNN_INPUT, "cross_entropy")
+    shapes = [layer.out_shape for layer in net.layers]
+    assert shapes == [(3, 4, 5), (3, 4, 5), (3, 3, 4), (36,), (6,), (6,), (4,)]
+    rows = net.summary(batch=10)
+    assert [r["params"] for r in rows] == [3 * 2 * 9 + 3, 0, 0, 0, 36 * 6 + 6, 0, 6 * 4 + 4]
+    assert net.n_params == sum(r["params"] for r in rows)
+    conv_mac = 10 * 3 * 4 * 5 * 2 * 9  # outputs x (C * KH * KW)
+    assert rows[0]["flops_fwd"] == 2 * conv_mac + 10 * 60
+    assert rows[0]["flops_bwd"] == 2 * conv_mac + 10 * 60  # first layer: no input gradient
+    assert rows[6]["flops_fwd"] == 2 * 10 * 6 * 4 + 10 * 4
+    assert rows[6]["flops_bwd"] == 4 * 10 * 6 * 4 + 10 * 4
+    assert list(net.param_names()) == ["0.weight", "0.bias", "4.weight", "4.bias", "6.weight", "6.bias"]
+
+
+@pytest.mark.parametrize("layers,input_shape,loss,needle", [
+    ([{"type": "Dense", "out_features": 3}], [4], None, "layer 0: unknown type 'Dense'"),
+    ([{"type": "ReLU"}, {"type": "Linear", "out_features": 0}], [4], None, "layer 1 (Linear): out_features 0"),
+    ([{"type": "Linear", "out_features": -2}], [4], None, "layer 0 (Linear): out_features -2"),
+    ([{"type": "Linear", "out_features": 3, "in_features": 5}], [4], None, "layer 0 (Linear): in_features 5"),
+    ([{"type": "Conv2D", "out_channels": 2, "kernel_size": 5}], [1, 3, 3], None, "layer 0 (Conv2D): kernel_size 5"),
+    ([{"type": "Conv2D", "out_channels": 2, "kernel_size": 3}, {"type": "MaxPool2D", "kernel_size": 4}],
+     [1, 5, 5], None, "layer 1 (MaxPool2D): kernel_size 4 is larger than the input height 3"),
+    ([{"type": "Conv2D", "out_channels": 2, "kernel_size": 3}, {"type": "Linear", "out_features": 3}],
+     [1, 5, 5], None, "layer 1 (Linear): input shape (2, 3, 3) is not flat"),
+    ([{"type": "Linear", "out_features": 3}, {"type": "Conv2D", "out_channels": 1, "kernel_size": 1}],
+     [4], None, "layer 1 (Conv2D): input shape (3,)"),
+    ([{"type": "Conv2D", "out_channels": 2, "kernel_size": 3, "stride": 0}], [1, 5, 5], None,
+     "layer 0 (Conv2D): stride 0"),
+    ([{"type": "Conv2D", "out_channels": 2, "kernel_size": 3, "padding": -1}], [1, 5, 5], None,
+     "layer 0 (Conv2D): padding -1"),
+    ([{"type": "Conv2D", "out_channels": 2, "kernel": 3}], [1, 5, 5], None, "layer 0 (Conv2D): unknown parameter 'kernel'"),
+    ([{"type": "Conv2D", "kernel_size": 3}], [1, 5, 5], None, "layer 0 (Conv2D): missing parameter 'out_channels'"),
+    ([{"type": "Linear", "out_features": 2.5}], [4], None, "layer 0 (Linear): out_features 2.5"),
+    ([{"type": "Linear", "out_features": 1}], [4], "cross_entropy", "loss cross_entropy needs at least 2 outputs"),
+    ([{"type": "Conv2D", "out_channels": 2, "kernel_size": 1}], [1, 3, 3], "mse", "loss mse needs a flat output"),
+    ([{"type": "Linear", "out_features": 2}], [4], "hinge", "loss 'hinge' is unknown"),
+    ([{"type": "Linear", "out_features": 2}], [0], None, "input [0]"),
+    ([], [4], None, "layers must be a non-empty list"),
+    (["Linear"], [4], None, "layer 0: expected a table"),
+])
+def test_invalid_specs_name_the_culprit(cpu, layers, input_shape, loss, needle):
+    with pytest.raises(ConfigError) as err:
+        Sequential(layers, input_shape, loss)
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def _reference_loss(net, state, x, y):
+    """The whole network in float64 NumPy, from the same weights."""
+    a = x.reshape(len(x), *net.input_shape).astype(np.float64)
+    for i, layer in enumerate(net.layers):
+        w, b = state.get(f"{i}.weight"), state.get(f"{i}.bias")
+        if layer.kind == "Conv2D":
+            a = R.conv2d(a, w, b, layer.stride, layer.padding)
+        elif layer.kind == "MaxPool2D":
+            a = R.maxpool2d(a, layer.kernel, layer.stride)
+        elif layer.kind == "Flatten":
+            a = a.reshape(len(a), -1)
+        elif layer.kind == "Linear":
+            a = R.linear(a, w, b)
+        else:
+            a = {"ReLU": R.relu, "Tanh": np.tanh, "Sigmoid": R.sigmoid}[layer.kind](a)
+    return {"cross_entropy": R.cross_entropy, "mse": R.mse, "bce": R.bce_logits}[net.loss.name](a, y)[0]
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "mse", "bce"])
+def test_network_gradients_match_finite_differences(arch, rng, loss):
+    net = Sequential(CNN, CNN_INPUT, loss, seed=3)
+    x = rng.normal(size=(5, math.prod(CNN_INPUT)))
+    y = rng.integers(0, 4, size=5)
+    state = {k: v.astype(np.float64) for k, v in net.state_dict().items()}
+    ws = net.workspace(5)
+    ws.load(x, y)
+    net.forward(ws)
+    net.loss_grad(ws)
+    net.backward(ws)
+    assert rel_err(ws.loss_value(), _reference_loss(net, state, x.astype(np.float32), y)) < 1e-5
+    grads = net.grads.to_numpy()
+    for name, w in state.items():
+        def f(v, name=name):
+            return _reference_loss(net, {**state, name: v}, x.astype(np.float32), y)
+        layer = net.layers[int(name.split(".")[0])]
+        off = layer.offsets[name.split(".")[1]]
+        got = grads[off:off + w.size].reshape(w.shape)
+        assert rel_err(got, R.central_diff(f, w)) < 2e-4, name
+
+
+def _one_step(arch, x, y, opt_cls, **opt_args):
+    runtime.init(arch)
+    net = Sequential(CNN, CNN_INPUT, "cross_entropy", seed=11)
+    opt = opt_cls(net.n_params, **opt_args)
+    ws = net.workspace(len(x))
+    ws.load(x, y)
+    net.train_step(ws, opt)
+    return net.state_dict()
+
+
+@pytest.mark.parametrize("opt_cls,args", [(SGD, {"lr": 0.1, "momentum": 0.9}), (Adam, {"lr": 0.01})])
+def test_serial_and_parallel_steps_agree(rng, opt_cls, args):
+    x, y = rng.normal(size=(33, math.prod(CNN_INPUT))), rng.integers(0, 4, size=33)
+    serial = _one_step("cpu-serial", x, y, opt_cls, **args)
+    parallel = _one_step("cpu-parallel", x, y, opt_cls, **args)
+    assert runtime.current().threads == runtime.cpu_count()
+    for k in serial:
+        assert rel_err(parallel[k], serial[k]) < 1e-6, k
+
+
+def test_same_seed_same_weights_on_every_arch():
+    runtime.init("cpu-serial")
+    a = Sequential(CNN, CNN_INPUT, seed=5).state_dict()
+    runtime.init("cpu-parallel")
+    b = Sequential(CNN, CNN_INPUT, seed=5).state_dict()
+    c = Sequential(CNN, CNN_INPUT, seed=6).state_dict()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert not np.array_equal(a["0.weight"], c["0.weight"])
+
+
+def test_init_schemes(cpu):
+    net = Sequential([{"type": "Linear", "out_features": 400}, {"type": "ReLU"},
+                      {"type": "Linear", "out_features": 300}, {"type": "Sigmoid"}], [500], seed=0)
+    s = net.state_dict()
+    assert abs(s["0.weight"].std() - math.sqrt(2 / 500)) < 0.02 * math.sqrt(2 / 500)  # He before ReLU
+    bound = math.sqrt(6 / (400 + 300))  # Xavier-uniform otherwise
+    assert s["2.weight"].max() <= bound and s["2.weight"].max() > 0.95 * bound
+    assert not s["0.bias"].any()
+
+
+def test_move_between_archs_keeps_weights_and_optimizer_state(rng):
+    runtime.init("cpu-serial")
+    net = Sequential(CNN, CNN_INPUT, "cross_entropy", seed=2)
+    opt = SGD(net.n_params, lr=0.05, momentum=0.9)
+    x, y = rng.normal(size=(8, math.prod(CNN_INPUT))), rng.integers(0, 4, size=8)
+    ws = net.workspace(8)
+    ws.load(x, y)
+    net.train_step(ws, opt)
+    before, vel = net.state_dict(), opt.state_dict()
+    net.to("cpu-parallel", optimizer=opt)
+    assert runtime.current().arch == "cpu-parallel"
+    after = net.state_dict()
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    assert np.array_equal(opt.state_dict()["velocity"], vel["velocity"])
+    ws = net.workspace(8)
+    ws.load(x, y)
+    net.train_step(ws, opt)  # works on the new runtime
+    assert np.isfinite(ws.loss_value())
+
+
+def test_stale_network_is_refused_not_crashed():
+    runtime.init("cpu-parallel")
+    net = Sequential(CNN, CNN_INPUT, "cross_entropy")
+    runtime.init("cpu-parallel")
+    with pytest.raises(StaleBufferError, match="re-initialised"):
+        net.workspace(4)
+
+
+def test_training_step_allocates_nothing_and_copies_nothing(cpu, rng, monkeypatch):
+    net = Sequential(CNN, CNN_INPUT, "cross_entropy")
+    opt = Adam(net.n_params, lr=0.01)
+    ws = net.workspace(9)
+    ws.load(rng.normal(size=(9, math.prod(CNN_INPUT))), rng.integers(0, 4, size=9))
+    net.train_step(ws, opt)
+    calls = []
+    nd_cls = type(ws.x)
+    monkeypatch.setattr(runtime.ti, "ndarray", lambda *a, **k: calls.append("ndarray"))
+    for name in ("to_numpy", "from_numpy", "fill"):
+        monkeypatch.setattr(nd_cls, name, lambda *a, _n=name, **k: calls.append(_n))
+    for _ in range(3):
+        net.train_step(ws, opt)
+        assert net.workspace(9) is ws
+    assert calls == []

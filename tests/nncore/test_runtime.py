@@ -1,0 +1,45 @@
+"""Backends: names, availability with reasons, no silent CUDA fallback, thread counts."""
+import pytest
+
+from nncore import runtime
+from nncore.errors import BackendUnavailable, ConfigError
+
+
+def test_available_archs_lists_all_three_with_reasons():
+    status = {s.name: s for s in runtime.available_archs()}
+    assert list(status) == ["cpu-serial", "cpu-parallel", "cuda"]
+    assert status["cpu-serial"].available and status["cpu-parallel"].available
+    assert status["cuda"].available or status["cuda"].reason  # unavailable always says why
+
+
+def test_cuda_is_refused_not_faked_where_none_works():
+    if {s.name: s for s in runtime.available_archs()}["cuda"].available:
+        pytest.skip("this machine has a working GPU; the refusal path cannot be exercised here")
+    before = runtime.current()
+    with pytest.raises(BackendUnavailable, match="cuda is unavailable: "):
+        runtime.init("cuda")
+    assert runtime.current() == before  # the old runtime is untouched
+
+
+def test_thread_counts():
+    assert runtime.init("cpu-serial").threads == 1
+    assert runtime.init("cpu-parallel").threads == runtime.cpu_count()
+    assert runtime.init("cpu-parallel", threads=3).threads == 3
+    assert runtime.ti.lang.impl.current_cfg().cpu_max_num_threads == 3
+    runtime.init("cpu-parallel")
+
+
+@pytest.mark.parametrize("arch,threads,needle", [("gpu", None, "arch 'gpu' is unknown"),
+                                                 ("cpu-parallel", 0, "threads 0"),
+                                                 ("cpu-serial", 2, "threads 2 does not fit cpu-serial")])
+def test_bad_arguments(arch, threads, needle):
+    with pytest.raises(ConfigError, match=needle):
+        runtime.init(arch, threads)
+
+
+@pytest.mark.gpu
+def test_cuda_runs_on_the_gpu():
+    info = runtime.init("cuda")
+    assert runtime.ti.lang.impl.current_cfg().arch == runtime.ti.cuda
+    assert info.device
+    runtime.init("cpu-parallel")

@@ -1,0 +1,76 @@
+"""Weights and training agree with PyTorch (skipped, with the reason, where torch is not installed)."""
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is an optional extra (pip install 'layerlab[torch]')")
+
+from nncore.interop import torch_loss, torch_sequential  # noqa: E402
+from nncore.network import Sequential  # noqa: E402
+from nncore.optim import SGD, Adam  # noqa: E402
+from tests.conftest import rel_err  # noqa: E402
+
+NETS = {
+    "mlp": ([{"type": "Linear", "out_features": 23}, {"type": "Sigmoid"}, {"type": "Linear", "out_features": 17},
+             {"type": "Tanh"}, {"type": "Linear", "out_features": 5}], [31], "mse"),
+    "cnn": ([{"type": "Conv2D", "out_channels": 6, "kernel_size": 3, "padding": 1}, {"type": "ReLU"},
+             {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Conv2D", "out_channels": 4, "kernel_size": [2, 3],
+                                                        "stride": [1, 2]},
+             {"type": "Flatten"}, {"type": "Linear", "out_features": 7}], [3, 11, 13], "cross_entropy"),
+    "bce": ([{"type": "Linear", "out_features": 9}, {"type": "ReLU"}, {"type": "Linear", "out_features": 1}],
+            [2], "bce"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NETS))
+def test_saved_weights_load_into_torch_with_same_logits(arch, rng, tmp_path, name):
+    layers, inp, loss = NETS[name]
+    net = Sequential(layers, inp, loss, seed=4)
+    net.save_weights(tmp_path / "w.npz")
+    model = torch_sequential(net, copy_weights=False)
+    with np.load(tmp_path / "w.npz") as data:
+        model.load_state_dict({k: torch.from_numpy(data[k]) for k in data.files})
+    x = rng.normal(size=(19, *inp)).astype(np.float32)
+    want = model(torch.from_numpy(x)).detach().numpy()
+    assert rel_err(net.predict(x.reshape(19, -1)), want) < 1e-5
+
+
+def test_torch_weights_load_into_layerlab(cpu, rng, tmp_path):
+    layers, inp, loss = NETS["cnn"]
+    net = Sequential(layers, inp, loss, seed=0)
+    model = torch_sequential(net, copy_weights=False)  # PyTorch's own random init
+    np.savez(tmp_path / "t.npz", **{k: v.detach().numpy() for k, v in model.state_dict().items()})
+    net.load_weights(tmp_path / "t.npz")
+    x = rng.normal(size=(5, *inp)).astype(np.float32)
+    assert rel_err(net.predict(x.reshape(5, -1)), model(torch.from_numpy(x)).detach().numpy()) < 1e-5
+
+
+@pytest.mark.parametrize("name,opt", [("mlp", "sgd"), ("cnn", "sgd"), ("cnn", "adam"), ("bce", "sgd")])
+def test_training_matches_torch(arch, rng, name, opt):
+    layers, inp, loss_name = NETS[name]
+    net = Sequential(layers, inp, loss_name, seed=9)
+    model = torch_sequential(net)
+    if opt == "sgd":
+        ours = SGD(net.n_params, lr=0.05, momentum=0.9, weight_decay=1e-3)
+        theirs = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-3)
+    else:
+        ours = Adam(net.n_params, lr=3e-3, weight_decay=1e-3)
+        theirs = torch.optim.Adam(model.parameters(), lr=3e-3, weight_decay=1e-3)
+    crit, target = torch_loss(loss_name)
+    k = net.out_shape[0]
+    ws = net.workspace(16)
+    for _ in range(10):
+        x = rng.normal(size=(16, math.prod(inp))).astype(np.float32)
+        y = rng.integers(0, max(k, 2), size=16)
+        ws.load(x, y)
+        net.train_step(ws, ours)
+        theirs.zero_grad()
+        out = crit(model(torch.from_numpy(x.reshape(16, *inp))), target(y, k))
+        out.backward()
+        theirs.step()
+        assert rel_err(ws.loss_value(), out.item()) < 1e-4
+    ref = {k2: v.detach().numpy() for k2, v in model.state_dict().items()}
+    got = net.state_dict()
+    for key in ref:
+        assert rel_err(got[key], ref[key]) < 1e-4, key
