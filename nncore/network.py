@@ -206,7 +206,7 @@ class Sequential:
         for i, layer in enumerate(self.layers):
             fwd, bwd = layer.flops(batch, need_dinp=i > 0)
             n = sum(int(math.prod(s)) for s in layer.param_shapes().values())
-            rows.append({"index": i, "type": layer.kind, "repr": repr(layer), "out_shape": layer.out_shape,
+            rows.append({"index": i, "type": layer.kind, "repr": repr(layer), "out_shape": list(layer.out_shape),
                          "params": n, "flops_fwd": fwd, "flops_bwd": bwd})
         return rows
 

@@ -102,3 +102,23 @@ def count_correct(out: I1, logits: F2, labels: I1):
                     pred = j
         if pred == labels[b]:
             ti.atomic_add(out[0], 1)
+
+
+@ti.func
+def _finite(x: ti.f32) -> ti.i32:
+    # Exponent bits all ones means inf or NaN; a bit test survives fast-math, which may drop isnan checks.
+    return (ti.bit_cast(x, ti.i32) & 0x7F800000) != 0x7F800000
+
+
+@ti.kernel
+def loss_accumulate(acc: F1, bad_step: I1, losses: F1, weight: ti.f32, step: ti.i32):
+    # acc: (1,) f32 += weight * batch loss   bad_step: (1,) i32, set to `step` at the first non-finite loss
+    # losses: (B,) f32 per-sample shares of the batch's mean loss
+    ti.loop_config(serialize=True)
+    for _ in range(1):
+        s = 0.0
+        for b in range(losses.shape[0]):
+            s += losses[b]
+        acc[0] += s * weight
+        if not _finite(s) and bad_step[0] == 0:
+            bad_step[0] = step

@@ -1,0 +1,141 @@
+"""Headless batch mode: ``layerlab train``, ``layerlab archs``. Never imports Textual.
+
+Exit codes: 0 done (or stopped by a stop file); 2 bad config, argument or data; 3 diverged; 4 the backend
+asked for is unavailable; 130 interrupted (Ctrl-C ends the current step, writes what was asked for, exits).
+Errors are one line on stderr naming the culprit, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from .errors import ConfigError, LayerlabError
+
+EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_DIVERGED, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+DEFAULT_CONFIG = "quadrant"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit 2, instead of usage + message
+        self.exit(EXIT_CONFIG, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="layerlab", description="Train small networks on Taichi backends and see where the time goes.")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    t = sub.add_parser("train", help="train a network headless")
+    t.add_argument("config", help="a config .toml, or the name of one in assets/configs (quadrant, cnn, ...)")
+    t.add_argument("--arch", choices=["cpu-serial", "cpu-parallel", "cuda"])
+    t.add_argument("--threads", type=int)
+    t.add_argument("--epochs", type=int)
+    t.add_argument("--batch-size", type=int)
+    t.add_argument("--lr", type=float)
+    t.add_argument("--optimizer", choices=["sgd", "adam"])
+    t.add_argument("--momentum", type=float)
+    t.add_argument("--seed", type=int)
+    src = t.add_mutually_exclusive_group()
+    src.add_argument("--dataset", help="quadrant, circle, xor, gauss, spiral, fashion-subset, fashion-mnist")
+    src.add_argument("--data", metavar="DIR", help="a directory of IDX files (MNIST format, .gz or raw)")
+    t.add_argument("--limit", type=int, help="use at most N training and N test samples")
+    t.add_argument("--no-shuffle", action="store_true")
+    t.add_argument("--init-weights", metavar="F.npz")
+    t.add_argument("--save-weights", metavar="F.npz")
+    t.add_argument("--jsonl", metavar="FILE|-", help="write the events as JSON lines ('-': stdout, instead of text)")
+    t.add_argument("--quiet", action="store_true", help="print only the final summary")
+    sub.add_parser("archs", help="which backends work here, and why not")
+    return p
+
+
+def _archs() -> int:
+    from nncore.runtime import available_archs
+
+    for s in available_archs():
+        state = "available" if s.available else f"unavailable: {s.reason}"
+        print(f"{s.name:<13} {state}" + (f"  ({s.device})" if s.device and s.available else ""))
+    return EXIT_OK
+
+
+def _config(args):
+    from nncore.config import load_config
+
+    cfg = load_config(args.config)
+    cfg = cfg.override("train", arch=args.arch, threads=args.threads, epochs=args.epochs, batch_size=args.batch_size,
+                       lr=args.lr, optimizer=args.optimizer, momentum=args.momentum, seed=args.seed,
+                       shuffle=False if args.no_shuffle else None)
+    if args.dataset or args.data:
+        cfg = cfg.override("data", dataset=args.dataset, path=args.data)
+        if args.dataset:
+            cfg.data["path"] = None
+        else:
+            cfg.data["dataset"] = None
+    return cfg.override("data", limit=args.limit)
+
+
+def _train(args) -> int:
+    from nncore.events import RunFailed
+    from nncore.report import TextReporter
+    from nncore.train import Trainer
+
+    try:
+        cfg = _config(args)
+        # Fail before training, not after it, when the weights could not be written.
+        if args.save_weights and not Path(args.save_weights).resolve().parent.is_dir():
+            raise ConfigError(f"--save-weights {args.save_weights}: its directory does not exist")
+    except LayerlabError as exc:
+        print(f"layerlab: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    interrupted = []
+
+    def on_sigint(signum, frame):
+        if interrupted:  # a second Ctrl-C: stop waiting for the step
+            raise KeyboardInterrupt
+        interrupted.append(True)
+        print("\nlayerlab: interrupted; finishing the current step", file=sys.stderr)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    jsonl = None
+    if args.jsonl:
+        jsonl = sys.stdout if args.jsonl == "-" else open(args.jsonl, "w", encoding="utf-8")
+    text = None if args.jsonl == "-" else TextReporter(sys.stdout, quiet=args.quiet)
+
+    def emit(event):
+        if jsonl is not None:
+            jsonl.write(event.to_json() + "\n")
+            jsonl.flush()
+        if text is not None:
+            text(event)
+
+    try:
+        end = Trainer(cfg, emit, should_stop=lambda: bool(interrupted), init_weights=args.init_weights,
+                      save_weights=args.save_weights).run()
+    finally:
+        if jsonl is not None and jsonl is not sys.stdout:
+            jsonl.close()
+    if isinstance(end, RunFailed):
+        print(f"layerlab: error: {end.error}", file=sys.stderr)
+        return end.exit_code
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        # Until the terminal app exists, the embedded default is the headless quadrant run.
+        argv = ["train", DEFAULT_CONFIG]
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "archs":
+            return _archs()
+        if args.command == "train":
+            return _train(args)
+    except KeyboardInterrupt:
+        print("layerlab: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    _parser().print_help()
+    return EXIT_CONFIG
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Run configuration: a TOML file's ``[model]``, ``[data]`` and ``[train]`` tables, validated, plus overrides.
+
+Every bad value is a :class:`ConfigError` naming the field (``train.lr``) and the file. Defaults fill what a
+file leaves out; ``model.input`` may be left out, and is then taken from the dataset.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError
+from .runtime import ARCHS
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "assets" / "configs"
+
+# name -> (default, type check, description of what is allowed)
+_INT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a positive integer")
+_NONNEG_INT = (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a non-negative integer")
+_POS = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0,
+        "a finite number > 0")
+_NONNEG = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
+           "a finite number >= 0")
+_FRAC = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1, "a number in [0, 1)")
+_BOOL = (lambda v: isinstance(v, bool), "true or false")
+_STR = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
+
+TRAIN_FIELDS = {
+    "epochs": (5, _INT), "batch_size": (64, _INT), "lr": (0.1, _POS), "optimizer": ("sgd", _STR),
+    "momentum": (0.0, _FRAC), "weight_decay": (0.0, _NONNEG),
+    "seed": (0, _NONNEG_INT), "shuffle": (True, _BOOL), "arch": ("cpu-parallel", _STR),
+    "threads": (None, _INT), "timing_every": (10, _INT), "log_every": (0, _NONNEG_INT),
+}
+DATA_FIELDS = {
+    "dataset": (None, _STR), "path": (None, _STR), "samples": (1000, _INT), "noise": (0.0, _FRAC),
+    "test_ratio": (0.2, _FRAC), "val_ratio": (0.0, _FRAC), "limit": (None, _INT),
+}
+
+
+@dataclass
+class RunConfig:
+    model: dict
+    data: dict = field(default_factory=dict)
+    train: dict = field(default_factory=dict)
+    source: str = "<config>"
+
+    def __post_init__(self):
+        self.data = _fill("data", self.data, DATA_FIELDS, self.source)
+        self.train = _fill("train", self.train, TRAIN_FIELDS, self.source)
+        if self.train["arch"] not in ARCHS:
+            raise ConfigError(f"{self.source}: train.arch {self.train['arch']!r} is unknown; choose one of "
+                              f"{', '.join(ARCHS)}")
+
+    def override(self, section: str, **values) -> "RunConfig":
+        """A copy with the given fields replaced (None values are ignored)."""
+        cfg = copy.deepcopy(self)
+        target = getattr(cfg, section)
+        target.update({k: v for k, v in values.items() if v is not None})
+        cfg.source = self.source
+        cfg.__post_init__()
+        return cfg
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "data": self.data, "train": self.train, "source": self.source}
+
+
+def _fill(section: str, given: dict, spec: dict, source: str) -> dict:
+    if not isinstance(given, dict):
+        raise ConfigError(f"{source}: [{section}] must be a table")
+    unknown = sorted(set(given) - set(spec))
+    if unknown:
+        raise ConfigError(f"{source}: unknown field {section}.{unknown[0]} (allowed: {', '.join(spec)})")
+    out = {}
+    for name, (default, (check, allowed)) in spec.items():
+        value = given.get(name, default)
+        if value is not None and not check(value):
+            raise ConfigError(f"{source}: {section}.{name} = {value!r} must be {allowed}")
+        out[name] = value
+    return out
+
+
+def load_config(path) -> RunConfig:
+    """Read a run config; a bare name like ``cnn`` means ``assets/configs/cnn.toml``."""
+    p = Path(path)
+    if not p.exists() and not p.suffix and (CONFIG_DIR / f"{p}.toml").exists():
+        p = CONFIG_DIR / f"{p}.toml"
+    try:
+        with open(p, "rb") as fh:
+            doc = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: is a directory, not a config file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{p}: invalid TOML ({exc})") from None
+    unknown = sorted(set(doc) - {"model", "data", "train", "name", "description"})
+    if unknown:
+        raise ConfigError(f"{p}: unknown table or field {unknown[0]!r} (allowed: model, data, train)")
+    if not isinstance(doc.get("model"), dict):
+        raise ConfigError(f"{p}: missing [model] table")
+    return RunConfig(doc["model"], doc.get("data", {}), doc.get("train", {}), source=str(p))
+
+
+def preset_configs() -> dict[str, Path]:
+    """The configs shipped in assets/configs, by name."""
+    return {p.stem: p for p in sorted(CONFIG_DIR.glob("*.toml"))}

@@ -1,0 +1,216 @@
+"""Datasets: synthetic 2-D sets, IDX files (MNIST / Fashion-MNIST), and the embedded Fashion-MNIST subset.
+
+Everything comes back as a :class:`Dataset` of float32 features (pixels scaled to [0, 1]) and int32 labels,
+split into train / test (and validation, if asked) deterministically by seed. Every problem with a file
+(missing, wrong magic number, truncated, counts that differ, labels out of range) is a :class:`DataError`
+naming the file. The training loop uploads a Dataset to the device once per run.
+"""
+from __future__ import annotations
+
+import gzip
+import math
+import struct
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ConfigError, DataError
+
+ROOT = Path(__file__).resolve().parent.parent
+EMBEDDED_DIR = ROOT / "assets" / "fashion-mnist-subset"
+DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
+SYNTHETIC = ("quadrant", "circle", "xor", "gauss", "spiral")
+IDX_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+             "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+FASHION_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                   "Ankle boot")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    x_train: np.ndarray  # (N, *input_shape) f32
+    y_train: np.ndarray  # (N,) i32
+    x_test: np.ndarray
+    y_test: np.ndarray
+    n_classes: int
+    x_val: np.ndarray | None = None
+    y_val: np.ndarray | None = None
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x_train.shape[1:])
+
+    def limit(self, n: int | None) -> "Dataset":
+        """At most ``n`` training samples (and at most ``n`` test samples), for quick runs."""
+        if n is None:
+            return self
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"limit {n!r} must be a positive integer")
+        return replace(self, x_train=self.x_train[:n], y_train=self.y_train[:n], x_test=self.x_test[:n],
+                       y_test=self.y_test[:n])
+
+    def split_validation(self, fraction: float, seed: int) -> "Dataset":
+        """Hold out ``fraction`` of the training set, chosen by ``seed``, as the validation set."""
+        if not fraction:
+            return self
+        if not 0 < fraction < 1:
+            raise ConfigError(f"val_ratio {fraction!r} must be in [0, 1)")
+        n_val = int(round(len(self.x_train) * fraction))
+        if n_val < 1 or n_val >= len(self.x_train):
+            raise ConfigError(f"val_ratio {fraction} leaves no training or no validation samples")
+        order = np.random.default_rng(seed).permutation(len(self.x_train))
+        val, train = order[:n_val], order[n_val:]
+        return replace(self, x_train=self.x_train[train], y_train=self.y_train[train],
+                       x_val=self.x_train[val], y_val=self.y_train[val])
+
+
+# -- synthetic 2-D sets (TensorFlow Playground's, plus the quadrant task) ------------------------------------
+def _points(name: str, n: int, noise: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` points in roughly [-1, 1]^2 and their 0/1 labels."""
+    if name in ("quadrant", "xor"):
+        p = rng.uniform(-1, 1, size=(n, 2))
+        p += np.sign(p) * 0.03  # a small margin around the axes, as Playground's xor has
+        noisy = p + rng.uniform(-1, 1, size=p.shape) * noise
+        prod = noisy[:, 0] * noisy[:, 1]
+        # quadrant: label 1 in the 2nd and 4th quadrants; xor (Playground): label 1 in the 1st and 3rd.
+        return p, (prod < 0 if name == "quadrant" else prod >= 0).astype(np.int32)
+    if name == "circle":
+        half = n // 2
+        r = np.concatenate([rng.uniform(0, 0.5, half), rng.uniform(0.7, 1.0, n - half)])
+        a = rng.uniform(0, 2 * np.pi, n)
+        p = np.stack([r * np.sin(a), r * np.cos(a)], 1)
+        noisy = p + rng.uniform(-1, 1, size=p.shape) * noise
+        return p, (np.hypot(noisy[:, 0], noisy[:, 1]) < 0.5).astype(np.int32)
+    if name == "gauss":
+        half = n // 2
+        var = 0.1 + noise * 0.7  # Playground scales the spread with the noise
+        centers = np.repeat([[0.4, 0.4], [-0.4, -0.4]], [half, n - half], axis=0)
+        p = centers + rng.normal(0, math.sqrt(var) * 0.2, size=(n, 2))
+        return p, np.repeat([1, 0], [half, n - half]).astype(np.int32)
+    # spiral: two interleaved arms
+    half = n // 2
+    t_idx = np.concatenate([np.arange(half), np.arange(n - half)]) / max(half, 1)
+    delta = np.repeat([0.0, np.pi], [half, n - half])
+    r = t_idx
+    t = 1.75 * t_idx * 2 * np.pi + delta
+    p = np.stack([r * np.sin(t), r * np.cos(t)], 1) + rng.uniform(-1, 1, size=(n, 2)) * noise * 0.2
+    return p, np.repeat([1, 0], [half, n - half]).astype(np.int32)
+
+
+def synthetic(name: str, samples: int = 1000, noise: float = 0.0, test_ratio: float = 0.2,
+              seed: int = 0) -> Dataset:
+    if name not in SYNTHETIC:
+        raise ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(SYNTHETIC)}")
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 4:
+        raise ConfigError(f"samples {samples!r} must be an integer >= 4")
+    if not isinstance(noise, (int, float)) or not 0 <= noise <= 1:
+        raise ConfigError(f"noise {noise!r} must be in [0, 1]")
+    if not isinstance(test_ratio, (int, float)) or not 0 < test_ratio < 1:
+        raise ConfigError(f"test_ratio {test_ratio!r} must be in (0, 1)")
+    rng = np.random.default_rng(seed)
+    x, y = _points(name, samples, float(noise), rng)
+    order = rng.permutation(samples)
+    x, y = x[order].astype(np.float32), y[order]
+    n_test = min(max(1, int(round(samples * test_ratio))), samples - 1)
+    return Dataset(name, x[n_test:], y[n_test:], x[:n_test], y[:n_test], n_classes=2)
+
+
+# -- IDX files ----------------------------------------------------------------------------------------------
+def _open(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def read_idx(path) -> np.ndarray:
+    """One IDX file (raw or .gz) of unsigned bytes: images (N, H, W) or labels (N,)."""
+    path = Path(path)
+    try:
+        with _open(path) as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise DataError(f"{path}: cannot read ({exc})") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise DataError(f"{path}: not an IDX file (bad magic number {raw[:4].hex() or 'empty'})")
+    if raw[2] != 0x08:
+        raise DataError(f"{path}: IDX element type 0x{raw[2]:02x} is not unsigned byte (0x08)")
+    ndim = raw[3]
+    if ndim not in (1, 3):
+        raise DataError(f"{path}: IDX with {ndim} dimensions; expected 1 (labels) or 3 (images)")
+    if len(raw) < 4 + 4 * ndim:
+        raise DataError(f"{path}: truncated header")
+    dims = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
+    need = 4 + 4 * ndim + math.prod(dims)
+    if len(raw) < need:
+        raise DataError(f"{path}: truncated ({len(raw)} bytes, the header promises {need})")
+    if len(raw) > need:
+        raise DataError(f"{path}: {len(raw) - need} bytes after the data the header describes")
+    return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def _find_file(directory: Path, stem: str) -> Path:
+    for name in (stem + ".gz", stem, stem.replace("-idx", ".idx") + ".gz", stem.replace("-idx", ".idx")):
+        if (directory / name).exists():
+            return directory / name
+    raise DataError(f"{directory / stem}: no such file (looked for {stem}[.gz])")
+
+
+def _split(directory: Path, part: str) -> tuple[np.ndarray, np.ndarray]:
+    img_path, lab_path = (_find_file(directory, s) for s in IDX_FILES[part])
+    images, labels = read_idx(img_path), read_idx(lab_path)
+    if images.ndim != 3:
+        raise DataError(f"{img_path}: expected images (N, H, W), got {images.ndim} dimension(s)")
+    if labels.ndim != 1:
+        raise DataError(f"{lab_path}: expected labels (N,), got {labels.ndim} dimensions")
+    if len(images) != len(labels):
+        raise DataError(f"{lab_path}: {len(labels)} labels for {len(images)} images in {img_path.name}")
+    return images, labels
+
+
+def load_idx_dir(directory, name: str | None = None, n_classes: int = 10) -> Dataset:
+    """train-/t10k- images and labels from ``directory``; pixels scaled to [0, 1] as (N, 1, H, W)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise DataError(f"{directory}: no such directory")
+    (xtr, ytr), (xte, yte) = _split(directory, "train"), _split(directory, "test")
+    if xtr.shape[1:] != xte.shape[1:]:
+        raise DataError(f"{directory}: train images are {xtr.shape[1:]}, test images {xte.shape[1:]}")
+    for labels, part in ((ytr, "train"), (yte, "test")):
+        if len(labels) and labels.max() >= n_classes:
+            stem = IDX_FILES[part][1]
+            raise DataError(f"{directory / stem}: label {int(labels.max())} is outside the {n_classes} classes")
+    scale = lambda a: (a.astype(np.float32) / 255.0)[:, None]  # noqa: E731
+    return Dataset(name or directory.name, scale(xtr), ytr.astype(np.int32), scale(xte), yte.astype(np.int32),
+                   n_classes=n_classes)
+
+
+def available_datasets() -> dict[str, str]:
+    """Dataset names usable here -> a short description."""
+    out = {n: "synthetic 2-D, 2 classes" for n in SYNTHETIC}
+    if EMBEDDED_DIR.is_dir():
+        out["fashion-subset"] = "embedded Fashion-MNIST subset (6,000 train / 1,000 test), 1x28x28, 10 classes"
+    if DEBIAN_FASHION.is_dir():
+        out["fashion-mnist"] = f"Fashion-MNIST from {DEBIAN_FASHION} (60,000 / 10,000), 1x28x28, 10 classes"
+    return out
+
+
+def load(name: str | None = None, directory=None, *, samples: int = 1000, noise: float = 0.0,
+         test_ratio: float = 0.2, val_ratio: float = 0.0, seed: int = 0, limit: int | None = None) -> Dataset:
+    """A dataset by name (synthetic, ``fashion-subset``, ``fashion-mnist``) or from an IDX directory."""
+    if directory is not None:
+        ds = load_idx_dir(directory)
+    elif name in SYNTHETIC:
+        ds = synthetic(name, samples, noise, test_ratio, seed)
+    elif name == "fashion-subset":
+        ds = load_idx_dir(EMBEDDED_DIR, "fashion-subset")
+    elif name == "fashion-mnist":
+        if not DEBIAN_FASHION.is_dir():
+            raise DataError(f"{DEBIAN_FASHION}: not installed (apt-get install dataset-fashion-mnist), "
+                            "or pass --data DIR")
+        ds = load_idx_dir(DEBIAN_FASHION, "fashion-mnist")
+    else:
+        raise ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(available_datasets())} "
+                          "or give an IDX directory")
+    return ds.limit(limit).split_validation(val_ratio, seed)

@@ -1,0 +1,78 @@
+"""Human-readable output of a run for the headless CLI: a progress line per epoch, one line per finished
+epoch, and a per-layer timing table with the test accuracy at the end. Consumes the same events as the app.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from .events import EpochEnd, Event, RunFailed, RunFinished, RunStarted, Step
+
+
+def timing_table(timings) -> list[str]:
+    rows = [f"{'part':<22} {'fwd ms':>9} {'bwd ms':>9} {'share':>7} {'GFLOP/s':>9}"]
+    for t in timings:
+        gf = f"{t.gflops:9.2f}" if t.gflops else f"{'':>9}"
+        rows.append(f"{t.name:<22} {t.fwd_ms:9.3f} {t.bwd_ms:9.3f} {100 * t.share:6.1f}% {gf}")
+    return rows
+
+
+class TextReporter:
+    def __init__(self, out: TextIO = sys.stdout, quiet: bool = False, progress: bool | None = None):
+        self.out, self.quiet = out, quiet
+        self.progress = (not quiet and sys.stderr.isatty()) if progress is None else progress
+        self.last_epoch: EpochEnd | None = None
+        self.started: RunStarted | None = None
+        self._t_epoch = time.perf_counter()
+
+    def _line(self, text: str) -> None:
+        if self.progress:
+            sys.stderr.write("\r\x1b[K")
+        print(text, file=self.out, flush=True)
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self.started = event
+            self._t_epoch = time.perf_counter()
+            if not self.quiet:
+                name = event.config.get("data", {}).get("dataset") or event.config["data"].get("path")
+                self._line(f"layerlab: {event.arch} ({event.threads} threads) on {event.device}; "
+                           f"{event.n_params:,} parameters; {name}: {event.train_samples:,} train / "
+                           f"{event.test_samples:,} test; {event.steps_per_epoch} steps per epoch")
+        elif isinstance(event, Step) and self.progress and self.started:
+            self._bar(event)
+        elif isinstance(event, EpochEnd):
+            self.last_epoch = event
+            self._t_epoch = time.perf_counter()
+            if not self.quiet:
+                val = f"  val loss {event.val_loss:.4f} acc {event.val_acc:.4f}" if event.val_acc is not None else ""
+                self._line(f"epoch {event.epoch:>3}  train loss {event.train_loss:.4f}  test loss "
+                           f"{event.test_loss:.4f}  test acc {event.test_acc:.4f}{val}  "
+                           f"{event.samples_per_s:,.0f} samples/s  {event.epoch_s:.2f} s")
+        elif isinstance(event, RunFinished):
+            self._finish(event)
+        elif isinstance(event, RunFailed) and self.progress:
+            sys.stderr.write("\r\x1b[K")
+
+    def _bar(self, event: Step) -> None:
+        per = self.started.steps_per_epoch
+        done = (event.step - 1) % per + 1
+        frac = done / per
+        width = 30
+        left = (per - done) * (time.perf_counter() - self._t_epoch) / max(done, 1)
+        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+        sys.stderr.write(f"\repoch {event.epoch} [{bar}] {done}/{per}  loss {event.loss:.4f}  "
+                         f"{event.samples_per_s:,.0f} samples/s  ETA {left:.0f}s")
+        sys.stderr.flush()
+
+    def _finish(self, event: RunFinished) -> None:
+        if self.last_epoch is not None and self.last_epoch.timings and not self.quiet:
+            self._line(f"per-layer time, epoch {self.last_epoch.epoch} ({self.last_epoch.timed_steps} synced steps):")
+            for row in timing_table(self.last_epoch.timings):
+                self._line("  " + row)
+        state = "stopped" if event.stopped else "done"
+        saved = f"; weights saved to {event.weights}" if event.weights else ""
+        self._line(f"{state}: {event.epochs} epoch(s), {event.steps} steps, test acc {event.test_acc:.4f} "
+                   f"(best {event.best_test_acc:.4f}), {event.samples_per_s:,.0f} samples/s, "
+                   f"{event.total_s:.1f} s{saved}")

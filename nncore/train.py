@@ -1,0 +1,233 @@
+"""The training loop: synchronous, on the calling thread, emitting :mod:`nncore.events` as it goes.
+
+The dataset is uploaded to the device once per run; each epoch uploads one shuffled index array, and each
+step gathers its batch on the device. The host reads the loss only every ``log_every`` steps (and at the
+end of an epoch), so steps queue back to back. A non-finite batch loss is recorded on the device with its
+step number and ends the run with :class:`DivergedError` at the next read. ``should_stop`` is polled between
+steps; a stop finishes the current step, saves what was asked for and ends the run as stopped.
+
+Per-layer timing: every ``timing_every``-th step (never the first, which compiles the kernels) runs with a
+device sync after the batch gather, after each layer's forward, after the loss, after each layer's backward
+and after the optimizer, timing each part with ``perf_counter``. Figures are means over an epoch's timed steps.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from . import data as datasets
+from . import runtime
+from .config import RunConfig
+from .errors import ConfigError, DivergedError, LayerlabError
+from .events import EpochEnd, Event, LayerTiming, RunFailed, RunFinished, RunStarted, Step
+from .kernels.data import gather_rows
+from .kernels.loss import count_correct, loss_accumulate
+from .network import Sequential
+from .optim import make_optimizer
+from .runtime import ti
+
+
+def _upload(x: np.ndarray, y: np.ndarray):
+    xs = ti.ndarray(ti.f32, shape=(len(x), int(np.prod(x.shape[1:]))))
+    xs.from_numpy(np.ascontiguousarray(x.reshape(len(x), -1), np.float32))
+    ys = ti.ndarray(ti.i32, shape=(len(y),))
+    ys.from_numpy(np.ascontiguousarray(y, np.int32))
+    order = ti.ndarray(ti.i32, shape=(len(y),))
+    order.from_numpy(np.arange(len(y), dtype=np.int32))
+    return xs, ys, order
+
+
+class _Timer:
+    """Accumulates synced per-part times over the timed steps of one epoch."""
+
+    def __init__(self, net: Sequential):
+        self.net = net
+        n = len(net.layers)
+        self.fwd, self.bwd = np.zeros(n), np.zeros(n)
+        self.other = {"data": 0.0, "loss": 0.0, "optimizer": 0.0}
+        self.flops, self.steps = np.zeros(n), 0
+
+    def results(self) -> list[LayerTiming]:
+        if not self.steps:
+            return []
+        total = self.fwd.sum() + self.bwd.sum() + sum(self.other.values())
+        out = []
+        for i, layer in enumerate(self.net.layers):
+            t = self.fwd[i] + self.bwd[i]
+            out.append(LayerTiming(i, f"layer {i} ({layer.kind})", 1e3 * self.fwd[i] / self.steps,
+                                   1e3 * self.bwd[i] / self.steps, t / total if total else 0.0,
+                                   self.flops[i] / t / 1e9 if t > 0 else 0.0))
+        for name, t in self.other.items():
+            out.append(LayerTiming(-1, name, 1e3 * t / self.steps, 0.0, t / total if total else 0.0, 0.0))
+        return out
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, emit: Callable[[Event], None] = lambda e: None,
+                 should_stop: Callable[[], bool] = lambda: False, init_weights=None, save_weights=None):
+        self.cfg, self.emit, self.should_stop = cfg, emit, should_stop
+        self.init_weights, self.save_weights = init_weights, save_weights
+        self.epoch = self.step = 0
+
+    # -- set-up --------------------------------------------------------------------------------------------
+    def _setup(self) -> RunStarted:
+        t0 = time.perf_counter()
+        tr, dc = self.cfg.train, self.cfg.data
+        info = runtime.init(tr["arch"], tr["threads"])
+        name = dc["dataset"] or ("fashion-subset" if len(self.cfg.model.get("input", [0])) == 3 else "quadrant")
+        ds = datasets.load(name, dc["path"], samples=dc["samples"], noise=dc["noise"], test_ratio=dc["test_ratio"],
+                           val_ratio=dc["val_ratio"], seed=tr["seed"], limit=dc["limit"])
+        model = dict(self.cfg.model)
+        model.setdefault("input", list(ds.input_shape))
+        if tuple(model["input"]) != ds.input_shape:
+            raise ConfigError(f"model.input {list(model['input'])} does not match dataset {ds.name}'s "
+                              f"{list(ds.input_shape)}")
+        self.net = net = Sequential.from_spec(model, seed=tr["seed"])
+        if net.loss is None:
+            raise ConfigError("model.loss is missing (cross_entropy, bce or mse)")
+        net.loss.check_classes(ds.n_classes, f"dataset {ds.name}")
+        if self.init_weights:
+            net.load_weights(self.init_weights)
+        opt_args = {"lr": tr["lr"], "weight_decay": tr["weight_decay"]}
+        if tr["optimizer"].lower() == "sgd":
+            opt_args["momentum"] = tr["momentum"]
+        self.opt = make_optimizer(tr["optimizer"], net.n_params, **opt_args)
+        self.ds = ds
+        self.train_set = _upload(ds.x_train, ds.y_train)
+        self.test_set = _upload(ds.x_test, ds.y_test)
+        self.val_set = _upload(ds.x_val, ds.y_val) if ds.x_val is not None else None
+        self.acc, self.bad = ti.ndarray(ti.f32, shape=(1,)), ti.ndarray(ti.i32, shape=(1,))
+        self.bad.fill(0)
+        self.batch = tr["batch_size"]
+        n = len(ds.x_train)
+        self.steps_per_epoch = -(-n // self.batch)
+        self.log_every = tr["log_every"] or max(1, self.steps_per_epoch // 20)
+        self.timing_every = min(tr["timing_every"], max(1, self.steps_per_epoch // 2))
+        self.rng = np.random.default_rng(tr["seed"])
+        resolved = self.cfg.to_dict()
+        resolved["model"] = net.spec()
+        resolved["data"] = {**dc, "dataset": ds.name if dc["path"] is None else None}
+        return RunStarted(resolved, info.arch, info.threads, info.device, net.n_params, net.summary(1),
+                          n, len(ds.x_test), self.steps_per_epoch, time.perf_counter() - t0)
+
+    # -- steps ---------------------------------------------------------------------------------------------
+    def _timed_step(self, ws, start: int, timer: _Timer) -> None:
+        net, sync, now = self.net, runtime.sync, time.perf_counter
+        sync()
+        t = now()
+        gather_rows(ws.x, ws.labels, *self.train_set, start)
+        sync()
+        timer.other["data"] += (t1 := now()) - t
+        for i, layer in enumerate(net.layers):
+            layer.forward(ws.acts[i + 1], ws.acts[i], net.params, ws.scratch[i])
+            sync()
+            timer.fwd[i] += (t2 := now()) - t1
+            t1 = t2
+        net.loss_grad(ws)
+        sync()
+        timer.other["loss"] += (t2 := now()) - t1
+        t1 = t2
+        for i in range(len(net.layers) - 1, -1, -1):
+            net.layers[i].backward(ws.dacts[i], net.grads, ws.dacts[i + 1], ws.acts[i], ws.acts[i + 1],
+                                   net.params, ws.scratch[i], i > 0)
+            sync()
+            timer.bwd[i] += (t2 := now()) - t1
+            t1 = t2
+        self.opt.step(net.params, net.grads)
+        sync()
+        timer.other["optimizer"] += now() - t1
+        timer.flops += [sum(layer.flops(ws.batch, i > 0)) for i, layer in enumerate(net.layers)]
+        timer.steps += 1
+
+    def _check_diverged(self) -> None:
+        bad = int(self.bad.to_numpy()[0])
+        if bad:
+            raise DivergedError(f"diverged: non-finite loss at step {bad} (epoch {self.epoch}); "
+                                f"try a smaller learning rate than {self.cfg.train['lr']}")
+
+    def _epoch(self) -> EpochEnd | None:
+        """One epoch and its evaluation; None when a stop request cut it short (no evaluation then)."""
+        n = len(self.ds.x_train)
+        order = self.train_set[2]
+        if self.cfg.train["shuffle"]:
+            order.from_numpy(self.rng.permutation(n).astype(np.int32))
+        self.acc.fill(0.0)
+        timer, t0, done = _Timer(self.net), time.perf_counter(), 0
+        for start in range(0, n, self.batch):
+            if self.should_stop():
+                break
+            b = min(self.batch, n - start)
+            ws = self.net.workspace(b)
+            self.step += 1
+            if self.step > 1 and self.step % self.timing_every == 0:
+                self._timed_step(ws, start, timer)
+            else:
+                gather_rows(ws.x, ws.labels, *self.train_set, start)
+                self.net.train_step(ws, self.opt)
+            loss_accumulate(self.acc, self.bad, ws.losses, float(b), self.step)
+            done += b
+            if self.step == 1:
+                runtime.sync()
+                self.first_step_s = time.perf_counter() - t0
+            if self.step % self.log_every == 0:
+                self._check_diverged()
+                rate = done / max(time.perf_counter() - t0, 1e-9)
+                self.emit(Step(self.epoch, self.step, ws.loss_value(), rate))
+        runtime.sync()
+        elapsed = time.perf_counter() - t0
+        self._check_diverged()
+        self.samples_done += done
+        self.train_s += elapsed
+        if done < n:
+            return None
+        train_loss = float(self.acc.to_numpy()[0]) / max(done, 1)
+        test_loss, test_acc = self.evaluate(*self.test_set)
+        val = self.evaluate(*self.val_set) if self.val_set else (None, None)
+        return EpochEnd(self.epoch, self.step, train_loss, test_loss, test_acc, done / max(elapsed, 1e-9),
+                        elapsed, val[0], val[1], timer.results(), timer.steps)
+
+    def evaluate(self, xs, ys, order) -> tuple[float, float]:
+        """Mean loss and accuracy over a resident set, in training-size batches."""
+        n = xs.shape[0]
+        self.acc.fill(0.0)
+        correct = None
+        for start in range(0, n, self.batch):
+            b = min(self.batch, n - start)
+            ws = self.net.workspace(b)
+            if correct is None:
+                correct = ws.correct
+                correct.fill(0)
+            gather_rows(ws.x, ws.labels, xs, ys, order, start)
+            self.net.forward(ws)
+            self.net.loss_grad(ws)
+            loss_accumulate(self.acc, self.bad, ws.losses, float(b), 0)
+            count_correct(correct, ws.logits, ws.labels)
+        return float(self.acc.to_numpy()[0]) / n, int(correct.to_numpy()[0]) / n
+
+    # -- the run -------------------------------------------------------------------------------------------
+    def run(self) -> Event:
+        """Train to the end (or a stop request); returns the final event, also emitted."""
+        t0 = time.perf_counter()
+        self.samples_done, self.train_s, self.first_step_s = 0, 0.0, 0.0
+        last, best, stopped = None, 0.0, False
+        try:
+            self.emit(self._setup())
+            for self.epoch in range(1, self.cfg.train["epochs"] + 1):
+                result = None if self.should_stop() else self._epoch()
+                if result is None:
+                    stopped = True
+                    break
+                last, best = result, max(best, result.test_acc)
+                self.emit(last)
+            if self.save_weights:
+                self.net.save_weights(self.save_weights)
+            end = RunFinished(last.epoch if last else 0, self.step, last.test_loss if last else float("nan"),
+                              last.test_acc if last else 0.0, best, time.perf_counter() - t0,
+                              self.samples_done / max(self.train_s, 1e-9), stopped,
+                              str(self.save_weights) if self.save_weights else None, self.first_step_s)
+        except LayerlabError as exc:
+            end = RunFailed(str(exc), exc.exit_code, self.epoch, self.step)
+        self.emit(end)
+        return end

@@ -1,0 +1,152 @@
+"""The headless CLI as a user runs it: exit codes, one-line errors, JSON lines, Ctrl-C, no Textual."""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from nncore import runtime
+from nncore.events import EVENT_TYPES, from_dict
+from tests.nncore.test_data import _corrupt
+
+QUICK = ["--epochs", "1", "--limit", "40"]
+
+
+def layerlab(*args, timeout=120, **kwargs):
+    return subprocess.run([sys.executable, "-m", "nncore.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def one_line_error(proc, needle):
+    err = proc.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert needle in err, err
+
+
+def test_engine_imports_without_textual():
+    code = ("import sys, nncore.cli, nncore.train, nncore.network, nncore.data, nncore.report; "
+            "assert 'textual' not in sys.modules and 'tui' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_archs_lists_every_backend():
+    proc = layerlab("archs")
+    assert proc.returncode == 0
+    names = [line.split()[0] for line in proc.stdout.splitlines()]
+    assert names == ["cpu-serial", "cpu-parallel", "cuda"]
+
+
+def test_jsonl_to_stdout_is_pure_json(tmp_path):
+    proc = layerlab("train", "quadrant", "--epochs", "2", "--jsonl", "-", "--save-weights", tmp_path / "w.npz")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    events = [json.loads(line) for line in lines]
+    assert all(e["schema"] == 1 and e["event"] in EVENT_TYPES for e in events)
+    assert [e["event"] for e in events if e["event"] != "step"] == \
+        ["run_started", "epoch_end", "epoch_end", "run_finished"]
+    for e in events:
+        from_dict(e)  # every field is known to the schema
+    assert events[0]["arch"] == "cpu-parallel" and events[-1]["weights"] == str(tmp_path / "w.npz")
+
+
+def test_human_output_has_epochs_and_a_timing_table():
+    proc = layerlab("train", "quadrant", "--epochs", "2", "--arch", "cpu-serial")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "cpu-serial (1 threads)" in out and "epoch   2" in out
+    assert "layer 0 (Linear)" in out and "GFLOP/s" in out and "test acc" in out.splitlines()[-1]
+
+
+def write(tmp_path, text, name="c.toml"):
+    (tmp_path / name).write_text(text)
+    return tmp_path / name
+
+
+MLP = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_features = 1}]\n'
+
+
+@pytest.mark.parametrize("config,args,needle", [
+    ("[model\n", [], "invalid TOML"),
+    ('[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Dense", out_features = 1}]\n', [], "layer 0: unknown type 'Dense'"),
+    ('[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_features = 4, in_features = 3}]\n', [],
+     "layer 0 (Linear): in_features 3 does not match the input size 2"),
+    (MLP + '[train]\nbatch_size = 0\n', [], "train.batch_size = 0 must be a positive integer"),
+    (MLP + '[train]\nlrr = 0.1\n', [], "unknown field train.lrr"),
+    (MLP, ["--epochs", "x"], "argument --epochs: invalid int value: 'x'"),
+    (MLP, ["--dataset", "nope"], "dataset 'nope' is unknown"),
+    (MLP, ["--lr", "-1"], "train.lr = -1.0 must be a finite number > 0"),
+    (MLP, ["--save-weights", "/nonexistent/dir/w.npz"], "its directory does not exist"),
+])
+def test_bad_config_or_arguments_exit_2(tmp_path, config, args, needle):
+    proc = layerlab("train", write(tmp_path, config), *args)
+    assert proc.returncode == 2
+    one_line_error(proc, needle)
+
+
+def test_missing_config_exits_2(tmp_path):
+    proc = layerlab("train", tmp_path / "nope.toml")
+    assert proc.returncode == 2
+    one_line_error(proc, "nope.toml: no such file")
+
+
+@pytest.mark.parametrize("how", ["missing", "truncated", "magic", "counts"])
+def test_bad_idx_data_exits_2(tmp_path, how):
+    data_dir = tmp_path / "idx"
+    data_dir.mkdir()
+    needle = _corrupt(data_dir, how)
+    cfg = write(tmp_path, '[model]\nloss = "cross_entropy"\nlayers = [{type = "Flatten"}, '
+                          '{type = "Linear", out_features = 10}]\n')
+    proc = layerlab("train", cfg, "--data", data_dir, *QUICK)
+    assert proc.returncode == 2
+    one_line_error(proc, needle)
+
+
+def test_divergence_exits_3_naming_the_step():
+    proc = layerlab("train", "quadrant", "--lr", "1e30", "--epochs", "1")
+    assert proc.returncode == 3
+    one_line_error(proc, "non-finite loss at step")
+
+
+def test_unavailable_cuda_exits_4():
+    if {s.name: s for s in runtime.available_archs()}["cuda"].available:
+        pytest.skip("this machine has a working GPU, so cuda is not unavailable")
+    proc = layerlab("train", "quadrant", "--arch", "cuda")
+    assert proc.returncode == 4
+    one_line_error(proc, "cuda is unavailable")
+
+
+def test_init_weights_mismatch_exits_2(tmp_path):
+    np.savez(tmp_path / "w.npz", **{"0.weight": np.zeros((3, 3), np.float32)})
+    proc = layerlab("train", "quadrant", "--init-weights", tmp_path / "w.npz", *QUICK)
+    assert proc.returncode == 2
+    one_line_error(proc, "0.weight has shape (3, 3), the network expects (16, 2)")
+
+
+def test_sigint_stops_cleanly_with_weights_saved(tmp_path):
+    out, log = tmp_path / "w.npz", tmp_path / "events.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "quadrant", "--epochs", "100000",
+                             "--save-weights", str(out), "--jsonl", str(log)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and (not log.exists() or log.read_text().count("epoch_end") < 2):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    last = json.loads(log.read_text().splitlines()[-1])
+    assert last["event"] == "run_finished" and last["stopped"] is True
+    with np.load(out) as data:
+        assert set(data.files) == {"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"}
+        assert all(np.all(np.isfinite(data[k])) for k in data.files)
+
+
+def test_no_arguments_runs_the_embedded_default():
+    proc = layerlab(timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stdout.splitlines()[-1]
+    assert "quadrant" in proc.stdout.splitlines()[0]
+    assert float(last.split("test acc ")[1].split()[0]) >= 0.99, last

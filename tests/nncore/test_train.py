@@ -1,0 +1,101 @@
+"""The training loop: accuracy on the quadrant task, events, timing, stop requests, divergence."""
+import numpy as np
+import pytest
+
+from nncore import events as ev
+from nncore.config import RunConfig, load_config
+from nncore.network import Sequential
+from nncore.train import Trainer
+
+
+def run(cfg, **kwargs):
+    out = []
+    end = Trainer(cfg, out.append, **kwargs).run()
+    return out, end
+
+
+@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
+def test_quadrant_reaches_99_percent(arch):
+    cfg = load_config("quadrant").override("train", arch=arch)
+    events, end = run(cfg)
+    assert isinstance(end, ev.RunFinished) and not end.stopped
+    assert end.test_acc >= 0.99
+    started = events[0]
+    assert isinstance(started, ev.RunStarted) and started.arch == arch
+    assert started.threads == (1 if arch == "cpu-serial" else started.threads)
+    epochs = [e for e in events if isinstance(e, ev.EpochEnd)]
+    assert [e.epoch for e in epochs] == list(range(1, 31))
+    assert epochs[-1].train_loss < epochs[0].train_loss
+
+
+def test_events_round_trip_through_json():
+    cfg = load_config("quadrant").override("train", epochs=2).override("data", val_ratio=0.1)
+    events, _ = run(cfg)
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished" and kinds.count("epoch_end") == 2
+    assert "step" in kinds
+    for e in events:
+        line = e.to_json()
+        assert "\n" not in line
+        assert ev.from_json(line) == e
+    epoch = next(e for e in events if isinstance(e, ev.EpochEnd))
+    assert epoch.val_acc is not None and 0 <= epoch.val_acc <= 1
+
+
+def test_timings_are_consistent():
+    cfg = load_config("quadrant").override("train", epochs=1, timing_every=3)
+    events, _ = run(cfg)
+    epoch = next(e for e in events if isinstance(e, ev.EpochEnd))
+    assert epoch.timed_steps == 50 // 3  # steps 3, 6, ..., 48
+    assert abs(sum(t.share for t in epoch.timings) - 1) < 1e-9
+    layers = [t for t in epoch.timings if t.index >= 0]
+    assert [t.index for t in layers] == list(range(5))
+    assert all(t.fwd_ms > 0 and t.bwd_ms > 0 for t in layers)
+    assert [t.name for t in epoch.timings if t.index < 0] == ["data", "loss", "optimizer"]
+
+
+def test_evaluation_matches_a_host_reference():
+    cfg = load_config("quadrant").override("train", epochs=1)
+    trainer = Trainer(cfg)
+    trainer.run()
+    logits = trainer.net.predict(trainer.ds.x_test)[:, 0]
+    y = trainer.ds.y_test
+    acc = np.mean((logits > 0) == (y == 1))
+    loss = np.mean(np.logaddexp(0, logits.astype(np.float64)) - logits * y)
+    got_loss, got_acc = trainer.evaluate(*trainer.test_set)
+    assert got_acc == pytest.approx(acc, abs=1e-12)
+    assert got_loss == pytest.approx(loss, rel=1e-5)
+
+
+def test_stop_request_ends_between_steps_and_saves(tmp_path):
+    cfg = load_config("quadrant")
+    calls = []
+    out = tmp_path / "w.npz"
+    events, end = run(cfg, should_stop=lambda: len(calls.append(1) or calls) > 70, save_weights=out)
+    assert isinstance(end, ev.RunFinished) and end.stopped
+    assert 50 <= end.steps < 100 and end.epochs == 1  # epoch 2 was cut short and not reported
+    net = Sequential.from_spec(cfg.model)
+    net.load_weights(out)
+
+
+def test_divergence_names_the_step():
+    cfg = load_config("quadrant").override("train", lr=1e30, momentum=0.0)
+    events, end = run(cfg)
+    assert isinstance(end, ev.RunFailed) and end.exit_code == 3
+    assert "non-finite loss at step" in end.error
+    assert not any(isinstance(e, ev.EpochEnd) for e in events)
+
+
+def test_model_input_is_checked_against_the_dataset():
+    cfg = RunConfig({"input": [3], "layers": [{"type": "Linear", "out_features": 1}], "loss": "bce"},
+                    {"dataset": "xor"})
+    _, end = run(cfg)
+    assert isinstance(end, ev.RunFailed) and end.exit_code == 2
+    assert "model.input [3] does not match dataset xor's [2]" in end.error
+
+
+def test_classes_are_checked_against_the_loss():
+    cfg = RunConfig({"layers": [{"type": "Flatten"}, {"type": "Linear", "out_features": 3}],
+                     "loss": "cross_entropy"}, {"dataset": "fashion-subset", "limit": 10})
+    _, end = run(cfg)
+    assert isinstance(end, ev.RunFailed) and "fit for 3 classes, but the dataset fashion-subset has 10" in end.error
