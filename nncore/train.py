@@ -39,6 +39,14 @@ def _upload(x: np.ndarray, y: np.ndarray):
     return xs, ys, order
 
 
+def dataset_for(cfg: RunConfig) -> datasets.Dataset:
+    """The run's dataset; with none named, image models get the embedded subset and flat ones quadrant."""
+    dc, seed = cfg.data, cfg.train["seed"]
+    name = dc["dataset"] or ("fashion-subset" if len(cfg.model.get("input", [0])) == 3 else "quadrant")
+    return datasets.load(None if dc["path"] else name, dc["path"], samples=dc["samples"], noise=dc["noise"],
+                         test_ratio=dc["test_ratio"], val_ratio=dc["val_ratio"], seed=seed, limit=dc["limit"])
+
+
 class _Timer:
     """Accumulates synced per-part times over the timed steps of one epoch."""
 
@@ -76,9 +84,7 @@ class Trainer:
         t0 = time.perf_counter()
         tr, dc = self.cfg.train, self.cfg.data
         info = runtime.init(tr["arch"], tr["threads"])
-        name = dc["dataset"] or ("fashion-subset" if len(self.cfg.model.get("input", [0])) == 3 else "quadrant")
-        ds = datasets.load(name, dc["path"], samples=dc["samples"], noise=dc["noise"], test_ratio=dc["test_ratio"],
-                           val_ratio=dc["val_ratio"], seed=tr["seed"], limit=dc["limit"])
+        ds = dataset_for(self.cfg)
         model = dict(self.cfg.model)
         model.setdefault("input", list(ds.input_shape))
         if tuple(model["input"]) != ds.input_shape:

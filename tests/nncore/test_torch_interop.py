@@ -74,3 +74,36 @@ def test_training_matches_torch(arch, rng, name, opt):
     got = net.state_dict()
     for key in ref:
         assert rel_err(got[key], ref[key]) < 1e-4, key
+
+
+@pytest.mark.parametrize("config,limit,epochs", [("quadrant", None, 2), ("cnn", 300, 1)])
+def test_a_whole_run_matches_torch_sgd(tmp_path, config, limit, epochs):
+    """Same initial weights, same batches in the same order (no shuffle): same final weights as PyTorch."""
+    from nncore.config import load_config
+    from nncore.events import RunFinished
+    from nncore.train import Trainer, dataset_for
+
+    cfg = load_config(config).override("train", epochs=epochs, shuffle=False, batch_size=50, arch="cpu-parallel")
+    cfg = cfg.override("data", limit=limit)
+    init, final = tmp_path / "init.npz", tmp_path / "final.npz"
+    Sequential.from_spec(cfg.model, seed=123).save_weights(init)
+    end = Trainer(cfg, init_weights=init, save_weights=final).run()
+    assert isinstance(end, RunFinished)
+
+    ds = dataset_for(cfg)
+    net = Sequential.from_spec(cfg.model)
+    net.load_weights(init)
+    model = torch_sequential(net)
+    tr = cfg.train
+    opt = torch.optim.SGD(model.parameters(), lr=tr["lr"], momentum=tr["momentum"])
+    crit, target = torch_loss(net.loss.name)
+    x_all, y_all = torch.from_numpy(ds.x_train), ds.y_train
+    for _ in range(epochs):
+        for s in range(0, len(y_all), tr["batch_size"]):
+            opt.zero_grad()
+            y = y_all[s:s + tr["batch_size"]]
+            crit(model(x_all[s:s + tr["batch_size"]]), target(y, net.out_shape[0])).backward()
+            opt.step()
+    with np.load(final) as got:
+        for key, value in model.state_dict().items():
+            assert rel_err(got[key], value.detach().numpy()) < 1e-4, key
