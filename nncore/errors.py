@@ -13,9 +13,13 @@ class LayerlabError(Exception):
 
 
 class ConfigError(LayerlabError, ValueError):
-    """A network spec, config file or argument is invalid (exit 2)."""
+    """A network spec, config file or argument is invalid (exit 2). ``layer`` is the index at fault, if any."""
 
     exit_code = 2
+
+    def __init__(self, message: str, layer: int | None = None):
+        super().__init__(message)
+        self.layer = layer
 
 
 class DataError(LayerlabError, ValueError):

@@ -36,7 +36,7 @@ class Layer:
         self.offsets: dict[str, int] = {}
 
     def fail(self, msg: str) -> ConfigError:
-        return ConfigError(f"layer {self.index} ({self.kind}): {msg}")
+        return ConfigError(f"layer {self.index} ({self.kind}): {msg}", layer=self.index)
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         return {}

@@ -12,46 +12,41 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
-import tempfile
-import zipfile
-from pathlib import Path
 
 import numpy as np
 
 from . import runtime
 from .errors import ConfigError, DataError, StaleBufferError
+from .fileio import read_npz, write_npz_atomic
 from .layers import LAYER_TYPES, Flatten, Layer, MaxPool2D, ReLU, init_params
 from .losses import Loss
 from .runtime import ti
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 
 def _build_layer(index: int, raw, in_shape: tuple[int, ...]) -> Layer:
     if not isinstance(raw, dict):
         raise ConfigError(f"layer {index}: expected a table such as {{type = \"Linear\", out_features = 10}}, "
-                          f"got {raw!r}")
+                          f"got {raw!r}", layer=index)
     kind = raw.get("type")
     if not isinstance(kind, str):
-        raise ConfigError(f"layer {index}: missing 'type' (one of {', '.join(c.kind for c in LAYER_TYPES.values())})")
+        raise ConfigError(f"layer {index}: missing 'type' (one of {', '.join(c.kind for c in LAYER_TYPES.values())})",
+                          layer=index)
     cls = LAYER_TYPES.get(kind.lower())
     if cls is None:
         raise ConfigError(f"layer {index}: unknown type {kind!r}; choose one of "
-                          f"{', '.join(c.kind for c in LAYER_TYPES.values())}")
+                          f"{', '.join(c.kind for c in LAYER_TYPES.values())}", layer=index)
     args = {k: v for k, v in raw.items() if k != "type"}
     unknown = sorted(set(args) - set(cls.keys))
     if unknown:
         allowed = ", ".join(cls.keys) or "none"
-        raise ConfigError(f"layer {index} ({cls.kind}): unknown parameter {unknown[0]!r} (allowed: {allowed})")
+        raise ConfigError(f"layer {index} ({cls.kind}): unknown parameter {unknown[0]!r} (allowed: {allowed})",
+                          layer=index)
     params = inspect.signature(cls.__init__).parameters.values()
     missing = [p.name for p in params if p.default is inspect.Parameter.empty
                and p.name not in ("self", "index", "in_shape") and p.name not in args]
     if missing:
-        raise ConfigError(f"layer {index} ({cls.kind}): missing parameter {missing[0]!r}")
+        raise ConfigError(f"layer {index} ({cls.kind}): missing parameter {missing[0]!r}", layer=index)
     return cls(index, in_shape, **args)
 
 
@@ -62,6 +57,43 @@ def _input_shape(value) -> tuple[int, ...]:
             or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value)):
         raise ConfigError(f"input {value!r} must be [features] or [channels, height, width] of positive integers")
     return tuple(value)
+
+
+def build_layers(layers, input_shape) -> tuple[tuple[int, ...], list[Layer]]:
+    """Shape inference and validation only: no Taichi runtime, no buffers (the app calls this live)."""
+    if not isinstance(layers, list) or not layers:
+        raise ConfigError("layers must be a non-empty list of layer tables")
+    shape = _input_shape(input_shape)
+    built = []
+    for i, raw in enumerate(layers):
+        built.append(_build_layer(i, raw, shape))
+        shape = built[-1].out_shape
+    return _input_shape(input_shape), built
+
+
+def check_spec(spec: dict) -> tuple[list[Layer], Loss | None]:
+    """Validate a model spec without allocating anything; raises ConfigError at the first problem."""
+    if not isinstance(spec, dict):
+        raise ConfigError(f"the model spec must be a table, got {type(spec).__name__}")
+    unknown = sorted(set(spec) - {"input", "layers", "loss"})
+    if unknown:
+        raise ConfigError(f"model: unknown field {unknown[0]!r} (allowed: input, layers, loss)")
+    if "input" not in spec:
+        raise ConfigError("model: missing field 'input' (e.g. input = [1, 28, 28])")
+    _, layers = build_layers(spec.get("layers"), spec["input"])
+    loss = spec.get("loss")
+    return layers, (Loss(loss, layers[-1].out_shape) if loss is not None else None)
+
+
+def summarize(layers: list[Layer], batch: int = 1) -> list[dict]:
+    """One row per layer: index, type, output shape, parameters, forward and backward FLOPs."""
+    rows = []
+    for i, layer in enumerate(layers):
+        fwd, bwd = layer.flops(batch, need_dinp=i > 0)
+        n = sum(int(math.prod(s)) for s in layer.param_shapes().values())
+        rows.append({"index": i, "type": layer.kind, "repr": repr(layer), "out_shape": list(layer.out_shape),
+                     "params": n, "flops_fwd": fwd, "flops_bwd": bwd})
+    return rows
 
 
 class Workspace:
@@ -115,16 +147,8 @@ class Sequential:
     """Layers in order, built and shape-checked from a spec; owns parameter, gradient and batch buffers."""
 
     def __init__(self, layers: list, input_shape, loss: str | None = None, seed: int = 0):
-        if not isinstance(layers, list) or not layers:
-            raise ConfigError("layers must be a non-empty list of layer tables")
-        self.input_shape = _input_shape(input_shape)
-        self.layers: list[Layer] = []
-        shape = self.input_shape
-        for i, raw in enumerate(layers):
-            layer = _build_layer(i, raw, shape)
-            self.layers.append(layer)
-            shape = layer.out_shape
-        self.out_shape = shape
+        self.input_shape, self.layers = build_layers(layers, input_shape)
+        self.out_shape = shape = self.layers[-1].out_shape
         self.loss = Loss(loss, shape) if loss is not None else None
         self.n_params = 0
         for layer in self.layers:
@@ -139,18 +163,15 @@ class Sequential:
     # -- construction -----------------------------------------------------------------------------------
     @classmethod
     def from_spec(cls, spec: dict, seed: int = 0) -> "Sequential":
-        if not isinstance(spec, dict):
-            raise ConfigError(f"the model spec must be a table, got {type(spec).__name__}")
-        unknown = sorted(set(spec) - {"input", "layers", "loss"})
-        if unknown:
-            raise ConfigError(f"model: unknown field {unknown[0]!r} (allowed: input, layers, loss)")
-        if "input" not in spec:
-            raise ConfigError("model: missing field 'input' (e.g. input = [1, 28, 28])")
+        check_spec(spec)
         return cls(spec.get("layers"), spec["input"], spec.get("loss"), seed=seed)
 
     @classmethod
     def from_toml(cls, path, seed: int = 0) -> "Sequential":
-        return cls.from_spec(read_model_spec(path), seed=seed)
+        """The ``[model]`` table of a run config (see :mod:`nncore.config`)."""
+        from .config import load_config
+
+        return cls.from_spec(load_config(path).model, seed=seed)
 
     def spec(self) -> dict:
         out = {"input": list(self.input_shape), "layers": [layer.spec() for layer in self.layers]}
@@ -201,14 +222,7 @@ class Sequential:
         return {f"{i}.{n}": s for i, layer in enumerate(self.layers) for n, s in layer.param_shapes().items()}
 
     def summary(self, batch: int = 1) -> list[dict]:
-        """One row per layer: index, type, output shape, parameters, forward and backward FLOPs."""
-        rows = []
-        for i, layer in enumerate(self.layers):
-            fwd, bwd = layer.flops(batch, need_dinp=i > 0)
-            n = sum(int(math.prod(s)) for s in layer.param_shapes().values())
-            rows.append({"index": i, "type": layer.kind, "repr": repr(layer), "out_shape": list(layer.out_shape),
-                         "params": n, "flops_fwd": fwd, "flops_bwd": bwd})
-        return rows
+        return summarize(self.layers, batch)
 
     # -- buffers and the training step ---------------------------------------------------------------------
     def workspace(self, batch: int) -> Workspace:
@@ -297,45 +311,3 @@ class Sequential:
     def __repr__(self) -> str:
         inner = ",\n".join(f"  ({i}): {layer!r}" for i, layer in enumerate(self.layers))
         return f"Sequential(input={self.input_shape},\n{inner}\n)  loss={self.loss.name if self.loss else None}"
-
-
-def write_npz_atomic(path, arrays: dict[str, np.ndarray]) -> None:
-    """Temporary file in the same directory, fsync, then rename: a crash leaves the old file whole."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def read_npz(path) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise DataError(f"{path}: not a readable .npz weights file ({exc})") from None
-
-
-def read_model_spec(path) -> dict:
-    """The ``[model]`` table of a TOML config (or the whole file when it has no such table)."""
-    try:
-        with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read ({exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML ({exc})") from None
-    model = doc.get("model", doc)
-    if not isinstance(model, dict):
-        raise ConfigError(f"{path}: 'model' must be a table ([model])")
-    return model

@@ -78,6 +78,7 @@ class Trainer:
         self.cfg, self.emit, self.should_stop = cfg, emit, should_stop
         self.init_weights, self.save_weights = init_weights, save_weights
         self.epoch = self.step = 0
+        self.log_next = False  # set by a controller (the app's single-step) to report the next step's loss
 
     # -- set-up --------------------------------------------------------------------------------------------
     def _setup(self) -> RunStarted:
@@ -177,7 +178,8 @@ class Trainer:
             if self.step == 1:
                 runtime.sync()
                 self.first_step_s = time.perf_counter() - t0
-            if self.step % self.log_every == 0:
+            if self.step % self.log_every == 0 or self.log_next:
+                self.log_next = False
                 self._check_diverged()
                 rate = done / max(time.perf_counter() - t0, 1e-9)
                 self.emit(Step(self.epoch, self.step, ws.loss_value(), rate))

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from nncore.errors import DataError
-from nncore.network import Sequential, write_npz_atomic
+from nncore.fileio import write_npz_atomic
+from nncore.network import Sequential
 from tests.nncore.test_network import CNN, CNN_INPUT
 
 
