@@ -1,4 +1,4 @@
-"""Headless batch mode: ``layerlab train``, ``layerlab archs``. Never imports Textual.
+"""The command line: `layerlab train` and `layerlab archs` headless; `layerlab` or `layerlab tui` opens the app.
 
 Exit codes: 0 done (or stopped by a stop file); 2 bad config, argument or data; 3 diverged; 4 the backend
 asked for is unavailable; 130 interrupted (Ctrl-C ends the current step, writes what was asked for, exits).
@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--jsonl", metavar="FILE|-", help="write the events as JSON lines ('-': stdout, instead of text)")
     t.add_argument("--quiet", action="store_true", help="print only the final summary")
     sub.add_parser("archs", help="which backends work here, and why not")
+    ui = sub.add_parser("tui", help="the terminal app (the default with no arguments)")
+    ui.add_argument("config", nargs="?", help="a config to open (default: quadrant)")
     return p
 
 
@@ -119,13 +121,27 @@ def _train(args) -> int:
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
 
+def _tui(args) -> int:
+    # The only place the engine's CLI reaches into the app, and only when asked for it.
+    from nncore.config import load_config
+
+    if args.config:
+        try:
+            load_config(args.config)
+        except LayerlabError as exc:
+            print(f"layerlab: error: {exc}", file=sys.stderr)
+            return exc.exit_code
+    from tui.app import run_app
+
+    return run_app(args.config or DEFAULT_CONFIG)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        # Until the terminal app exists, the embedded default is the headless quadrant run.
-        argv = ["train", DEFAULT_CONFIG]
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(argv or ["tui"])
     try:
+        if args.command == "tui":
+            return _tui(args)
         if args.command == "archs":
             return _archs()
         if args.command == "train":

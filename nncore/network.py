@@ -85,11 +85,20 @@ def check_spec(spec: dict) -> tuple[list[Layer], Loss | None]:
     return layers, (Loss(loss, layers[-1].out_shape) if loss is not None else None)
 
 
+def needs_input_grad(layers: list[Layer]) -> list[bool]:
+    """Whether each layer must compute its input gradient: only if some layer before it has parameters."""
+    out, seen = [], False
+    for layer in layers:
+        out.append(seen)
+        seen = seen or bool(layer.param_shapes())
+    return out
+
+
 def summarize(layers: list[Layer], batch: int = 1) -> list[dict]:
     """One row per layer: index, type, output shape, parameters, forward and backward FLOPs."""
     rows = []
-    for i, layer in enumerate(layers):
-        fwd, bwd = layer.flops(batch, need_dinp=i > 0)
+    for i, (layer, need) in enumerate(zip(layers, needs_input_grad(layers))):
+        fwd, bwd = layer.flops(batch, need_dinp=need)
         n = sum(int(math.prod(s)) for s in layer.param_shapes().values())
         rows.append({"index": i, "type": layer.kind, "repr": repr(layer), "out_shape": list(layer.out_shape),
                      "params": n, "flops_fwd": fwd, "flops_bwd": bwd})
@@ -109,11 +118,15 @@ class Workspace:
         n = len(net.layers)
         self.dacts: list = [None] * (n + 1)
         self.dacts[n] = ti.ndarray(ti.f32, shape=(batch, size(net.out_shape)))
-        for i in range(n - 1, 0, -1):
-            self.dacts[i] = self.dacts[i + 1] if net.layers[i].aliases_input \
-                else ti.ndarray(ti.f32, shape=(batch, size(net.layers[i].in_shape)))
-        # Layer 0 never computes an input gradient; its kernel gets the input as a placeholder it never writes.
-        self.dacts[0] = self.acts[0]
+        for i in range(n - 1, -1, -1):
+            if not net.need_dinp[i]:
+                # No input gradient here (no parameters before this layer): the kernel gets the activation
+                # itself as a placeholder it never writes.
+                self.dacts[i] = self.acts[i]
+            elif net.layers[i].aliases_input:
+                self.dacts[i] = self.dacts[i + 1]
+            else:
+                self.dacts[i] = ti.ndarray(ti.f32, shape=(batch, size(net.layers[i].in_shape)))
         self.scratch = [{k: ti.ndarray(ti.i32, shape=s) for k, s in layer.scratch_shapes(batch).items()}
                         for layer in net.layers]
         self.labels = ti.ndarray(ti.i32, shape=(batch,))
@@ -148,6 +161,7 @@ class Sequential:
 
     def __init__(self, layers: list, input_shape, loss: str | None = None, seed: int = 0):
         self.input_shape, self.layers = build_layers(layers, input_shape)
+        self.need_dinp = needs_input_grad(self.layers)
         self.out_shape = shape = self.layers[-1].out_shape
         self.loss = Loss(loss, shape) if loss is not None else None
         self.n_params = 0
@@ -250,7 +264,7 @@ class Sequential:
         """Gradients of every parameter into ``self.grads`` (overwritten, not accumulated)."""
         for i in range(len(self.layers) - 1, -1, -1):
             self.layers[i].backward(ws.dacts[i], self.grads, ws.dacts[i + 1], ws.acts[i], ws.acts[i + 1],
-                                    self.params, ws.scratch[i], i > 0)
+                                    self.params, ws.scratch[i], self.need_dinp[i])
 
     def train_step(self, ws: Workspace, optimizer) -> None:
         """Forward, loss, backward and update on the batch already in ``ws``; all on the device."""

@@ -138,14 +138,14 @@ class Trainer:
         t1 = t2
         for i in range(len(net.layers) - 1, -1, -1):
             net.layers[i].backward(ws.dacts[i], net.grads, ws.dacts[i + 1], ws.acts[i], ws.acts[i + 1],
-                                   net.params, ws.scratch[i], i > 0)
+                                   net.params, ws.scratch[i], net.need_dinp[i])
             sync()
             timer.bwd[i] += (t2 := now()) - t1
             t1 = t2
         self.opt.step(net.params, net.grads)
         sync()
         timer.other["optimizer"] += now() - t1
-        timer.flops += [sum(layer.flops(ws.batch, i > 0)) for i, layer in enumerate(net.layers)]
+        timer.flops += [sum(layer.flops(ws.batch, need)) for layer, need in zip(net.layers, net.need_dinp)]
         timer.steps += 1
 
     def _check_diverged(self) -> None:
@@ -223,7 +223,7 @@ class Trainer:
         try:
             self.emit(self._setup())
             for self.epoch in range(1, self.cfg.train["epochs"] + 1):
-                result = None if self.should_stop() else self._epoch()
+                result = self._epoch()  # polls should_stop before every step
                 if result is None:
                     stopped = True
                     break

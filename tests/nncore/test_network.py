@@ -188,3 +188,24 @@ def test_training_step_allocates_nothing_and_copies_nothing(cpu, rng, monkeypatc
         net.train_step(ws, opt)
         assert net.workspace(9) is ws
     assert calls == []
+
+
+def test_no_input_gradient_before_the_first_parameters(cpu, rng):
+    layers = [{"type": "Flatten"}, {"type": "ReLU"}, {"type": "Linear", "out_features": 3}, {"type": "Tanh"},
+              {"type": "Linear", "out_features": 2}]
+    net = Sequential(layers, [1, 3, 4], "mse", seed=1)
+    assert net.need_dinp == [False, False, False, True, True]
+    rows = net.summary(batch=5)
+    assert rows[2]["flops_bwd"] == 2 * 5 * 12 * 3 + 5 * 3  # weight and bias gradients only
+    x, y = rng.normal(size=(5, 12)), rng.integers(0, 2, size=5)
+    state = {k: v.astype(np.float64) for k, v in net.state_dict().items()}
+    ws = net.workspace(5)
+    ws.load(x, y)
+    net.forward(ws)
+    net.loss_grad(ws)
+    net.backward(ws)
+    fd = R.central_diff(lambda w: _reference_loss(net, {**state, "2.weight": w}, x.astype(np.float32), y),
+                        state["2.weight"])
+    off = net.layers[2].offsets["weight"]
+    assert rel_err(net.grads.to_numpy()[off:off + 36].reshape(3, 12), fd) < 2e-4
+    assert np.array_equal(ws.acts[0].to_numpy(), x.astype(np.float32))  # the input is never written

@@ -1,0 +1,162 @@
+"""Training in a child process that owns Taichi, streaming nncore events back over a pipe.
+
+A running kernel holds the GIL and Taichi is bound to the thread that initialised it, so the app never
+trains in one of its own threads: it spawns a process (multiprocessing, spawn) per run. The child sends one
+JSON line per event; the parent polls the pipe without blocking. Commands go the other way: pause, resume,
+step (one step while paused), stop. For 2-D datasets the child also sends the decision boundary, a grid of
+predicted probabilities, at the start and after every epoch.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import sys
+from multiprocessing.connection import Connection
+
+BOUNDARY_RES = (48, 32)  # columns, rows of the probability grid
+
+
+class _Controller:
+    """The child's should_stop: applies commands between steps and blocks while paused."""
+
+    def __init__(self, conn: Connection):
+        self.conn, self.trainer = conn, None
+        self.paused = self.stop = False
+        self.steps = 0
+
+    def _drain(self, timeout: float) -> None:
+        while self.conn.poll(timeout):
+            cmd = self.conn.recv()
+            timeout = 0
+            if cmd == "stop":
+                self.stop = True
+            elif cmd == "pause":
+                self.paused = True
+            elif cmd == "resume":
+                self.paused = False
+            elif cmd == "step":
+                self.steps += 1
+
+    def __call__(self) -> bool:
+        self._drain(0)
+        while self.paused and not self.stop:
+            if self.steps:
+                self.steps -= 1
+                self.trainer.log_next = True
+                break
+            self._drain(0.05)
+        return self.stop
+
+
+def _boundary(trainer, points: bool) -> dict:
+    import numpy as np
+
+    ds = trainer.ds
+    xy = np.concatenate([ds.x_train, ds.x_test])
+    lo, hi = xy.min(0) - 0.1, xy.max(0) + 0.1
+    cols, rows = BOUNDARY_RES
+    gx, gy = np.meshgrid(np.linspace(lo[0], hi[0], cols), np.linspace(hi[1], lo[1], rows))
+    logits = trainer.net.predict(np.stack([gx.ravel(), gy.ravel()], 1).astype(np.float32))
+    if logits.shape[1] == 1:
+        prob = 1 / (1 + np.exp(-logits[:, 0].astype(np.float64)))
+    else:
+        e = np.exp(logits - logits.max(1, keepdims=True))
+        prob = e[:, 1] / e.sum(1)
+    out = {"event": "boundary", "extent": [float(lo[0]), float(hi[0]), float(lo[1]), float(hi[1])],
+           "res": [cols, rows], "prob": np.round(prob, 3).tolist()}
+    if points:
+        pick = np.random.default_rng(0).permutation(len(ds.x_test))[:300]
+        out["points"] = [[float(x), float(y), int(c)] for (x, y), c in zip(ds.x_test[pick], ds.y_test[pick])]
+    return out
+
+
+def _silence_stdio() -> None:
+    """Taichi's C++ side writes to fds 1 and 2, which are the app's terminal: send them nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+
+
+def child_main(cfg: dict, conn: Connection, boundary: bool) -> None:
+    """Entry point of the training process."""
+    _silence_stdio()
+    from nncore.config import RunConfig
+    from nncore.events import EpochEnd, RunFailed, RunStarted
+    from nncore.train import Trainer
+
+    ctl = _Controller(conn)
+
+    def emit(event) -> None:
+        conn.send(event.to_json())
+        two_d = boundary and trainer.ds.input_shape == (2,)
+        if two_d and isinstance(event, (RunStarted, EpochEnd)):
+            conn.send(json.dumps(_boundary(trainer, isinstance(event, RunStarted))))
+
+    try:
+        trainer = Trainer(RunConfig(**cfg), emit, should_stop=ctl)
+        ctl.trainer = trainer
+        trainer.run()
+    except Exception as exc:  # anything the trainer did not turn into RunFailed
+        conn.send(RunFailed(f"{type(exc).__name__}: {exc}".splitlines()[0], 1).to_json())
+    finally:
+        conn.close()
+
+
+class RunHandle:
+    """The parent's side of one training process."""
+
+    def __init__(self, cfg: dict, boundary: bool = True):
+        ctx = mp.get_context("spawn")
+        self.conn, child_conn = ctx.Pipe()
+        self.proc = ctx.Process(target=child_main, args=(cfg, child_conn, boundary), daemon=True)
+        # multiprocessing hands sys.stderr's descriptor to its helper; under the app that may be a stand-in.
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
+        try:
+            self.proc.start()
+        finally:
+            sys.stdout, sys.stderr = saved
+        child_conn.close()
+        self.finished = False  # the child sent run_finished or run_failed
+        self.closed = False  # the pipe reached EOF
+
+    def poll(self, limit: int = 500) -> list[dict]:
+        """Messages that have arrived, without blocking (at most ``limit`` per call)."""
+        out = []
+        while not self.closed and len(out) < limit:
+            try:
+                if not self.conn.poll(0):
+                    break
+                msg = json.loads(self.conn.recv())
+            except (EOFError, OSError):
+                self.closed = True
+                break
+            if msg.get("event") in ("run_finished", "run_failed"):
+                self.finished = True
+            out.append(msg)
+        return out
+
+    def send(self, cmd: str) -> None:
+        if not self.closed:
+            try:
+                self.conn.send(cmd)
+            except (BrokenPipeError, OSError):
+                self.closed = True
+
+    @property
+    def died(self) -> bool:
+        """The process ended without sending its final event."""
+        return not self.finished and not self.proc.is_alive() and self.closed
+
+    def exitcode(self) -> int | None:
+        return self.proc.exitcode
+
+    def shutdown(self, timeout: float = 3.0) -> None:
+        """Ask the run to stop, then make sure the process is gone."""
+        self.send("stop")
+        self.proc.join(timeout)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(1.0)

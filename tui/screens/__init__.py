@@ -1,0 +1,1 @@
+"""Modal screens: the help screen of keys, and the path prompt for saving and opening configs."""

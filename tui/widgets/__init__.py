@@ -1,0 +1,1 @@
+"""Custom widgets of the app: per-layer timing bars and the decision-boundary plot."""

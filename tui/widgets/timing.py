@@ -1,0 +1,37 @@
+"""Per-layer timing bars: forward and backward ms, share of the step and GFLOP/s, from an epoch's timings."""
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+
+class TimingBars(Static):
+    """Fed the ``timings`` list of an epoch_end event (dicts); shows one bar per part of the step."""
+
+    DEFAULT_CSS = "TimingBars { height: auto; }"
+
+    def __init__(self, **kwargs):
+        super().__init__("no timings yet: they arrive at the end of the first epoch", **kwargs)
+        self.timings: list[dict] = []
+
+    def show(self, timings: list[dict]) -> None:
+        self.timings = list(timings)
+        self.update(self._table())
+
+    def _table(self) -> Table:
+        width = 18
+        table = Table(box=None, padding=(0, 1), expand=False, show_edge=False)
+        for col, justify in (("part", "left"), ("fwd|bwd", "left"), ("ms", "right"), ("share", "right"),
+                             ("GFLOP/s", "right")):
+            table.add_column(col, justify=justify, no_wrap=True)
+        total = max(sum(t["fwd_ms"] + t["bwd_ms"] for t in self.timings), 1e-12)
+        for t in self.timings:
+            f = int(round(width * t["fwd_ms"] / total))
+            b = int(round(width * t["bwd_ms"] / total))
+            bar = Text("█" * f, style="green") + Text("█" * b, style="magenta") + Text("·" * max(0, width - f - b),
+                                                                                     style="dim")
+            name = t["name"].replace("layer ", "")
+            gf = f"{t['gflops']:.2f}" if t["gflops"] else ""
+            table.add_row(name, bar, f"{t['fwd_ms'] + t['bwd_ms']:.3f}", f"{100 * t['share']:.1f}%", gf)
+        return table
