@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--data", metavar="DIR", help="a directory of IDX files (MNIST format, .gz or raw)")
     t.add_argument("--limit", type=int, help="use at most N training and N test samples")
     t.add_argument("--no-shuffle", action="store_true")
+    t.add_argument("--timing-every", type=int, metavar="K", help="time each layer on every K-th step (default 10)")
     t.add_argument("--init-weights", metavar="F.npz")
     t.add_argument("--save-weights", metavar="F.npz")
     t.add_argument("--jsonl", metavar="FILE|-", help="write the events as JSON lines ('-': stdout, instead of text)")
@@ -65,7 +66,7 @@ def _config(args):
     cfg = load_config(args.config)
     cfg = cfg.override("train", arch=args.arch, threads=args.threads, epochs=args.epochs, batch_size=args.batch_size,
                        lr=args.lr, optimizer=args.optimizer, momentum=args.momentum, seed=args.seed,
-                       shuffle=False if args.no_shuffle else None)
+                       shuffle=False if args.no_shuffle else None, timing_every=args.timing_every)
     if args.dataset or args.data:
         cfg = cfg.override("data", dataset=args.dataset, path=args.data)
         if args.dataset:

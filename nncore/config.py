@@ -66,6 +66,12 @@ class RunConfig:
         cfg.__post_init__()
         return cfg
 
+    def dataset_name(self) -> str | None:
+        """The dataset named, or the default: the embedded image subset for image models, else quadrant."""
+        if self.data["path"]:
+            return None
+        return self.data["dataset"] or ("fashion-subset" if len(self.model.get("input", [0])) == 3 else "quadrant")
+
     def to_dict(self) -> dict:
         return {"model": self.model, "data": self.data, "train": self.train, "source": self.source}
 

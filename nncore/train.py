@@ -42,8 +42,7 @@ def _upload(x: np.ndarray, y: np.ndarray):
 def dataset_for(cfg: RunConfig) -> datasets.Dataset:
     """The run's dataset; with none named, image models get the embedded subset and flat ones quadrant."""
     dc, seed = cfg.data, cfg.train["seed"]
-    name = dc["dataset"] or ("fashion-subset" if len(cfg.model.get("input", [0])) == 3 else "quadrant")
-    return datasets.load(None if dc["path"] else name, dc["path"], samples=dc["samples"], noise=dc["noise"],
+    return datasets.load(cfg.dataset_name(), dc["path"], samples=dc["samples"], noise=dc["noise"],
                          test_ratio=dc["test_ratio"], val_ratio=dc["val_ratio"], seed=seed, limit=dc["limit"])
 
 

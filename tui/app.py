@@ -79,6 +79,7 @@ class LayerlabApp(App):
     def on_mount(self) -> None:
         self.query_one(TrainPane).reset()
         self.open_config(self.config_name)
+        self.query_one("#layers").focus()
         self.set_interval(0.05, self._poll)
         self._update_controls()
 
@@ -98,7 +99,7 @@ class LayerlabApp(App):
             self.draft.input = [1, 28, 28] if cfg.data.get("dataset", "").startswith("fashion") else [2]
         presets = preset_configs()
         self.query_one(ModelPane).load_draft(self.draft, self.draft.name if self.draft.name in presets else None)
-        self.query_one(SettingsPane).load(cfg.data, cfg.train)
+        self.query_one(SettingsPane).load({**cfg.data, "dataset": cfg.dataset_name()}, cfg.train)
         self.sub_title = self.draft.name
 
     def on_model_pane_preset_chosen(self, event: ModelPane.PresetChosen) -> None:

@@ -9,6 +9,7 @@ import copy
 import csv
 import io
 import json
+import re
 from dataclasses import asdict, dataclass, field
 
 from nncore.errors import ConfigError
@@ -20,23 +21,26 @@ NEW_LAYER = {"Linear": {"out_features": 16}, "Conv2D": {"out_channels": 8, "kern
              "MaxPool2D": {"kernel_size": 2}}
 
 
+_PART = re.compile(r"\s*([^=,\s]*)\s*(=?)\s*(\[[^\]]*\]|\([^)]*\)|[^,;]*)\s*[,;]?")
+
+
 def parse_params(text: str, index: int) -> dict:
-    """``"out_channels=8, kernel_size=3x2"`` -> ``{"out_channels": 8, "kernel_size": [3, 2]}``."""
+    """``"out_channels=8, kernel_size=3x2, stride=[2,1]"`` -> ``{"out_channels": 8, "kernel_size": [3, 2], ...}``."""
     out = {}
-    for part in filter(None, (p.strip() for p in text.replace(";", ",").split(","))):
-        key, sep, value = part.partition("=")
-        key, value = key.strip(), value.strip()
+    for key, sep, value in _PART.findall(text.strip()):
+        if not key and not value:
+            continue
         if not sep or not key or not value:
-            raise ConfigError(f"layer {index}: write parameters as name=value, got {part!r}", layer=index)
+            raise ConfigError(f"layer {index}: write parameters as name=value, got {key}{sep}{value!r}",
+                              layer=index)
         if key == "init":
             out[key] = value
             continue
-        nums = value.strip("[]()").replace("x", " ").replace("*", " ").split()
+        nums = value.strip("[]()").replace("x", " ").replace(",", " ").split()
         try:
             vals = [int(v) for v in nums]
         except ValueError:
-            raise ConfigError(f"layer {index}: {key} {value!r} must be an integer or a pair like 3x2",
-                              layer=index) from None
+            vals = []
         if len(vals) not in (1, 2):
             raise ConfigError(f"layer {index}: {key} {value!r} must be an integer or a pair like 3x2", layer=index)
         out[key] = vals[0] if len(vals) == 1 else vals

@@ -64,8 +64,6 @@ class ModelPane(Vertical):
         yield Static(id="model-status")
 
     def on_mount(self) -> None:
-        table = self.query_one("#layers", DataTable)
-        table.add_columns("#", "layer", "parameters", "output", "params", "fwd FLOPs")
         self.load_draft(self.draft)
 
     # -- showing the draft --------------------------------------------------------------------------------
@@ -84,7 +82,8 @@ class ModelPane(Vertical):
         row = table.cursor_row if cursor is None else cursor
         rows, self.error = self.draft.check()
         self._syncing = True
-        table.clear()
+        table.clear(columns=True)  # column widths from the current rows only, not from earlier ones
+        table.add_columns("#", "layer", "parameters", "output", "params", "fwd FLOPs")
         for i, layer in enumerate(self.draft.layers):
             bad = self.error is not None and self.error.layer == i
             if i < len(rows):

@@ -1,0 +1,58 @@
+"""App test helpers: a machine-independent environment, waiting on the app, and scripted events."""
+import time
+
+import pytest
+
+from nncore import events as ev
+from nncore.runtime import ArchStatus
+
+FIXED_ARCHS = [ArchStatus("cpu-serial", True, "", "test CPU"), ArchStatus("cpu-parallel", True, "", "test CPU"),
+               ArchStatus("cuda", False, "no CUDA driver (libcuda.so.1 not found)", "")]
+FIXED_DATASETS = {"quadrant": "", "circle": "", "xor": "", "gauss": "", "spiral": "", "fashion-subset": ""}
+
+
+@pytest.fixture
+def fixed_env(monkeypatch):
+    """The same backends and datasets on every machine, so screenshots do not depend on it."""
+    import tui.app
+    import tui.panes.settings
+
+    monkeypatch.setattr(tui.app, "available_archs", lambda: FIXED_ARCHS)
+    monkeypatch.setattr(tui.panes.settings, "available_archs", lambda: FIXED_ARCHS)
+    monkeypatch.setattr(tui.panes.settings, "available_datasets", lambda: FIXED_DATASETS)
+
+
+def scripted_run(epochs=3, steps_per_epoch=10):
+    """Events of a made-up quadrant run, as the child would send them (dicts)."""
+    layers = [{"index": i, "type": t, "repr": t, "out_shape": [s], "params": p, "flops_fwd": f, "flops_bwd": f}
+              for i, (t, s, p, f) in enumerate([("Linear", 16, 48, 80), ("ReLU", 16, 0, 16), ("Linear", 1, 17, 33)])]
+    out = [ev.RunStarted({"model": {}, "data": {"dataset": "quadrant"}, "train": {"epochs": epochs}},
+                         "cpu-serial", 1, "test CPU", 65, layers, 320, 80, steps_per_epoch, 0.5).to_dict()]
+    step = 0
+    for e in range(1, epochs + 1):
+        for _ in range(steps_per_epoch):
+            step += 1
+            out.append(ev.Step(e, step, 0.7 / step ** 0.5, 5000.0 + 10 * step).to_dict())
+        timings = [ev.LayerTiming(0, "layer 0 (Linear)", 0.10, 0.20, 0.3, 0.01),
+                   ev.LayerTiming(1, "layer 1 (ReLU)", 0.05, 0.05, 0.1, 0.0),
+                   ev.LayerTiming(2, "layer 2 (Linear)", 0.10, 0.20, 0.3, 0.02),
+                   ev.LayerTiming(-1, "data", 0.1, 0.0, 0.1, 0.0), ev.LayerTiming(-1, "loss", 0.1, 0.0, 0.1, 0.0),
+                   ev.LayerTiming(-1, "optimizer", 0.1, 0.0, 0.1, 0.0)]
+        out.append(ev.EpochEnd(e, step, 0.6 / e, 0.65 / e, 0.7 + 0.09 * e, 6000.0, 0.05, timings=timings,
+                               timed_steps=1).to_dict())
+    cols, rows = 48, 32
+    prob = [((x - 24) * (y - 16) < 0) * 0.9 + 0.05 for y in range(rows) for x in range(cols)]
+    out.insert(1, {"event": "boundary", "extent": [-1.1, 1.1, -1.1, 1.1], "res": [cols, rows], "prob": prob,
+                   "points": [[-0.5, 0.5, 1], [0.5, 0.5, 0], [0.5, -0.5, 1], [-0.5, -0.5, 0]]})
+    out.append(ev.RunFinished(epochs, step, 0.2, 0.97, 0.97, 2.0, 6000.0, False).to_dict())
+    return out
+
+
+async def wait_for(pilot, cond, timeout=60.0):
+    """Let the app process messages until ``cond()`` holds (messages are handled asynchronously)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("timed out waiting for the app")

@@ -1,0 +1,186 @@
+"""The app driven as a person would (Textual's pilot), with the real training process where it matters."""
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+from textual.widgets import Button, DataTable, Input, Select, Sparkline
+
+from tests.tui.conftest import scripted_run, wait_for
+from tui.app import LayerlabApp
+from tui.screens.help import HelpScreen
+from tui.widgets.timing import TimingBars
+
+SIZE = (100, 32)
+
+
+def recording(app):
+    """Keep every message the app gets from the training process."""
+    seen = []
+    original = app._run_message
+
+    def record(msg):
+        seen.append(msg)
+        original(msg)
+
+    app._run_message = record
+    return seen
+
+
+async def test_edit_the_network(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one("#layers", DataTable)
+        assert table.row_count == 5
+        app.query_one("#preset", Select).value = "cnn"
+        await wait_for(pilot, lambda: app.draft.name == "cnn")
+        await pilot.pause()
+        assert app.draft.name == "cnn" and table.row_count == 5
+        assert "64x26x26" in str(table.get_row_at(0)) and app.query_one("#dataset", Select).value == "fashion-subset"
+        table.focus()
+        await pilot.press("a")
+        assert table.row_count == 6 and app.draft.layers[1]["type"] == "Linear"
+        await pilot.press("d")
+        assert table.row_count == 5 and app.draft.layers[1]["type"] == "ReLU"
+        # An invalid network: marked at the layer at fault, training disabled.
+        table.move_cursor(row=0)
+        await pilot.pause()
+        app.query_one("#layer-params", Input).value = "out_channels=64, kernel_size=40"
+        await wait_for(pilot, lambda: app.query_one("#model-pane").error is not None)
+        status = str(app.query_one("#model-status").render())
+        assert "layer 0 (Conv2D): kernel_size 40" in status
+        assert str(table.get_row_at(0)[0]).startswith("✗")
+        assert app.query_one("#start", Button).disabled
+        await pilot.press("s")
+        assert app.handle is None
+        app.query_one("#layer-params", Input).value = "out_channels=64, kernel_size=3"
+        await wait_for(pilot, lambda: app.query_one("#model-pane").error is None)
+        assert not app.query_one("#start", Button).disabled
+
+
+async def test_bad_settings_are_marked_inline(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        app.query_one("#lr", Input).value = "fast"
+        await wait_for(pilot, lambda: app.query_one("#settings-pane").error is not None)
+        assert app.query_one("#lr", Input).has_class("error")
+        assert "train.lr 'fast' must be a number" in str(app.query_one("#settings-status").render())
+        assert app.query_one("#start", Button).disabled
+        app.query_one("#lr", Input).value = "0.1"
+        await wait_for(pilot, lambda: app.query_one("#settings-pane").error is None)
+        assert not app.query_one("#start", Button).disabled
+
+
+async def test_a_real_run_on_cpu_serial(tmp_path):
+    app = LayerlabApp("quadrant", export_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        seen = recording(app)
+        assert app.query_one("#settings-pane").set_arch("cpu-serial")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: sum(m["event"] == "epoch_end" for m in seen) >= 2)
+        await pilot.pause(0.1)
+        last = [m for m in seen if m["event"] == "epoch_end"][-1]
+        assert next(m for m in seen if m["event"] == "run_started")["arch"] == "cpu-serial"
+        assert len(app.query_one("#train-loss", Sparkline).data) > 0
+        assert len(app.query_one("#test-loss", Sparkline).data) >= 2
+        timed = [m for m in seen if m["event"] == "epoch_end" and m["timings"]]
+        assert timed and app.query_one(TimingBars).timings == timed[-1]["timings"]
+        assert len(timed[-1]["timings"]) == 5 + 3  # every layer, then data, loss and optimizer
+        shown = str(app.query_one("#accuracy").render())
+        newest = [m for m in seen if m["event"] == "epoch_end"][-1]
+        assert f"epoch {newest['epoch']}: test accuracy {newest['test_acc']:.4f}" in shown
+        assert any(m["event"] == "boundary" for m in seen) and app.query_one("#boundary").grid is not None
+        await pilot.press("x")
+        await wait_for(pilot, lambda: app.handle is None)
+        await pilot.press("4")
+        table = app.query_one("#runs-table", DataTable)
+        assert table.row_count == 1
+        row = [str(c) for c in table.get_row_at(0)]
+        assert row[0] == "quadrant" and row[1] == "cpu-serial" and row[-1] == "stopped"
+        assert last["epoch"] >= 2
+        await pilot.press("e")
+        await pilot.pause()
+        assert sorted(p.suffix for p in tmp_path.iterdir()) == [".csv", ".json"]
+
+
+async def test_pause_single_step_and_resume(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        seen = recording(app)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: any(m["event"] == "step" for m in seen))
+        await pilot.press("p")
+        await pilot.pause(0.5)
+        n = len([m for m in seen if m["event"] == "step"])
+        await pilot.pause(0.5)
+        assert len([m for m in seen if m["event"] == "step"]) == n  # paused: nothing moves
+        await pilot.press("n")
+        await wait_for(pilot, lambda: len([m for m in seen if m["event"] == "step"]) == n + 1, 10)
+        assert app.query_one("#step", Button).disabled is False
+        await pilot.press("p")
+        await wait_for(pilot, lambda: len([m for m in seen if m["event"] == "step"]) > n + 3, 10)
+        await pilot.press("x")
+        await wait_for(pilot, lambda: app.handle is None)
+
+
+async def test_killed_child_keeps_partial_results_and_a_new_run_starts(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        seen = recording(app)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: any(m["event"] == "epoch_end" for m in seen))
+        os.kill(app.handle.proc.pid, signal.SIGKILL)
+        await wait_for(pilot, lambda: app.handle is None, 10)
+        assert app.runs[0].status == "died" and app.runs[0].epochs >= 1 and app.runs[0].test_acc is not None
+        assert "died" in str(app.query_one("#run-state").render())
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.handle is not None and len(app.runs) == 2)
+        await pilot.press("q")
+
+
+async def test_app_stays_responsive_during_a_run(fixed_env):
+    app = LayerlabApp("cnn")
+    async with app.run_test(size=SIZE) as pilot:
+        seen = recording(app)
+        ticks = []
+        app.set_interval(0.05, lambda: ticks.append(time.monotonic()))
+        await pilot.press("s")
+        await wait_for(pilot, lambda: sum(m["event"] == "step" for m in seen) >= 3, 120)
+        ticks.clear()
+        await asyncio.sleep(3.0)
+        assert app.handle is not None  # the run was going on all along
+        gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+        print(f"timer gaps during training: max {max(gaps) * 1e3:.1f} ms over {len(gaps)} ticks")
+        assert len(gaps) > 30 and max(gaps) - 0.05 < 0.1, f"worst tick gap {max(gaps):.3f}s"
+        await pilot.press("q")
+
+
+async def test_help_and_palette_commands(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for t in ("Start training", "Stop training", "Export runs", "Backend: cpu-serial", "Backend: cpu-parallel"):
+            assert t in titles
+        assert "Backend: cuda" not in titles  # unavailable backends are not offered
+        ids = {b.id for b in app.BINDINGS}
+        assert {"start", "pause", "step", "stop", "export", "help", "quit"} <= ids
+
+
+async def test_scripted_events_fill_the_views(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        from tui.state import RunRecord
+
+        app.current = RunRecord("quadrant", "cpu-serial", 1, 32, 0)
+        app.runs.append(app.current)
+        for msg in scripted_run():
+            app._run_message(msg)
+        await pilot.pause()
+        assert app.query_one("#test-loss", Sparkline).data == pytest.approx([0.65, 0.325, 0.65 / 3])
+        assert app.runs[0].status == "finished" and app.runs[0].test_acc == pytest.approx(0.97)
