@@ -184,3 +184,36 @@ async def test_scripted_events_fill_the_views(fixed_env):
         await pilot.pause()
         assert app.query_one("#test-loss", Sparkline).data == pytest.approx([0.65, 0.325, 0.65 / 3])
         assert app.runs[0].status == "finished" and app.runs[0].test_acc == pytest.approx(0.97)
+
+
+async def test_rerun_on_the_next_backend(fixed_env, monkeypatch):
+    import tui.app
+
+    started = []
+
+    class FakeHandle:  # records the config instead of spawning a process
+        def __init__(self, cfg, boundary=True):
+            started.append(cfg)
+            self.finished = self.closed = False
+
+        def poll(self):
+            return []
+
+        def send(self, cmd):
+            pass
+
+        died = False
+
+    monkeypatch.setattr(tui.app, "RunHandle", FakeHandle)
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        from tui.state import RunRecord
+
+        app.current = RunRecord("quadrant", "cpu-serial", 1, 32, 0, config=app._run_config())
+        app.runs.append(app.current)
+        for msg in scripted_run():
+            app._run_message(msg)
+        await pilot.press("4")
+        await pilot.press("r")
+        assert started[-1]["train"]["arch"] == "cpu-parallel"
+        assert started[-1]["model"] == app.runs[0].config["model"] and len(app.runs) == 2
