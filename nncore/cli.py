@@ -46,6 +46,17 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--jsonl", metavar="FILE|-", help="write the events as JSON lines ('-': stdout, instead of text)")
     t.add_argument("--quiet", action="store_true", help="print only the final summary")
     sub.add_parser("archs", help="which backends work here, and why not")
+    b = sub.add_parser("bench", help="benchmark the seed workloads, side by side with PyTorch where installed")
+    b.add_argument("--workloads", default="net-1h,net-2h,cnn32,cnn64,cnn256",
+                   help="comma-separated: net-1h, net-2h, cnn32, cnn64, cnn256")
+    b.add_argument("--batch", default="64,256,1000", help="comma-separated batch sizes")
+    b.add_argument("--arch", default="cpu-parallel", choices=["cpu-serial", "cpu-parallel", "cuda"])
+    b.add_argument("--threads", type=int)
+    b.add_argument("--steps", type=int, default=20, help="training steps per timed repeat")
+    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--warmup", type=int, default=3, help="steps before timing (the first compiles)")
+    b.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
+    b.add_argument("--json", metavar="FILE|-", help="write the results as JSON ('-': stdout, instead of text)")
     ui = sub.add_parser("tui", help="the terminal app (the default with no arguments)")
     ui.add_argument("config", nargs="?", help="a config to open (default: quadrant)")
     return p
@@ -143,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "tui":
             return _tui(args)
+        if args.command == "bench":
+            from nncore.benchcli import run_bench
+
+            return run_bench(args)
         if args.command == "archs":
             return _archs()
         if args.command == "train":

@@ -16,6 +16,8 @@ import numpy as np
 
 from .errors import ConfigError
 from .kernels import activation as K_act
+from .kernels import chunk, on_cpu
+from .kernels import gemm_cpu as K_gemm
 from .kernels import conv as K_conv
 from .kernels import linear as K_lin
 from .kernels import pool as K_pool
@@ -41,8 +43,8 @@ class Layer:
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         return {}
 
-    def scratch_shapes(self, batch: int) -> dict[str, tuple[int, ...]]:
-        """Extra i32 buffers this layer keeps from forward to backward, per batch size."""
+    def scratch_shapes(self, batch: int) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Extra buffers this layer needs per batch size: name -> ("f32" or "i32", shape)."""
         return {}
 
     def flops(self, batch: int, need_dinp: bool = True) -> tuple[int, int]:
@@ -120,12 +122,26 @@ class Linear(Layer):
     def spec(self):
         return {"type": self.kind, "out_features": self.out_features}
 
+    def scratch_shapes(self, batch):
+        # The CPU forward reads W transposed, refreshed from the parameters on every forward.
+        return {"wt": ("f32", (self.in_features, self.out_features + K_gemm.PAD))} if on_cpu() else {}
+
     def forward(self, out, inp, params, scratch):
-        K_lin.linear_forward(out, inp, params, self.offsets["weight"], self.offsets["bias"])
+        w_off, b_off = self.offsets["weight"], self.offsets["bias"]
+        if "wt" in scratch:
+            K_gemm.transpose_weight(scratch["wt"], params, w_off, self.out_features)
+            K_gemm.linear_forward_cpu(out, inp, scratch["wt"], params, b_off)
+        else:
+            K_lin.linear_forward(out, inp, params, w_off, b_off)
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp):
-        K_lin.linear_backward(dinp, dparams, dout, inp, params, self.offsets["weight"], self.offsets["bias"],
-                              int(need_dinp))
+        w_off, b_off = self.offsets["weight"], self.offsets["bias"]
+        if "wt" in scratch:
+            K_gemm.linear_dweight_cpu(dparams, dout, inp, w_off, b_off)
+            if need_dinp:
+                K_gemm.linear_dinput_cpu(dinp, dout, params, w_off)
+        else:
+            K_lin.linear_backward(dinp, dparams, dout, inp, params, w_off, b_off, int(need_dinp))
 
 
 class _Activation(Layer):
@@ -138,11 +154,11 @@ class _Activation(Layer):
         return self.fwd_flops * n, self.bwd_flops * n if need_dinp else 0
 
     def forward(self, out, inp, params, scratch):
-        type(self)._forward(out, inp)
+        type(self)._forward(out, inp, chunk())
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp):
         if need_dinp:
-            type(self)._backward(dinp, dout, out)
+            type(self)._backward(dinp, dout, out, chunk())
 
 
 class ReLU(_Activation):
@@ -235,7 +251,7 @@ class MaxPool2D(Layer):
         self.out_shape = (self.c, oh, ow)
 
     def scratch_shapes(self, batch):
-        return {"argmax": (batch, _size(self.out_shape))}
+        return {"argmax": ("i32", (batch, _size(self.out_shape)))}
 
     def flops(self, batch, need_dinp=True):
         fwd = batch * _size(self.out_shape) * self.kernel[0] * self.kernel[1]

@@ -127,7 +127,8 @@ class Workspace:
                 self.dacts[i] = self.dacts[i + 1]
             else:
                 self.dacts[i] = ti.ndarray(ti.f32, shape=(batch, size(net.layers[i].in_shape)))
-        self.scratch = [{k: ti.ndarray(ti.i32, shape=s) for k, s in layer.scratch_shapes(batch).items()}
+        dtypes = {"f32": ti.f32, "i32": ti.i32}
+        self.scratch = [{k: ti.ndarray(dtypes[dt], shape=s) for k, (dt, s) in layer.scratch_shapes(batch).items()}
                         for layer in net.layers]
         self.labels = ti.ndarray(ti.i32, shape=(batch,))
         self.losses = ti.ndarray(ti.f32, shape=(batch,))

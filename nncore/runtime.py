@@ -131,7 +131,9 @@ def init(arch: str = "cpu-parallel", threads: int | None = None) -> RuntimeInfo:
         kwargs = dict(arch=ti.cuda)
     else:
         n_threads = 1 if arch == "cpu-serial" else (threads or cpu_count())
-        kwargs = dict(arch=ti.cpu, cpu_max_num_threads=n_threads)
+        # Vector-typed locals stay LLVM vectors on the CPU (AVX/AVX-512 FMAs in the GEMM micro-kernels)
+        # instead of being split into scalars.
+        kwargs = dict(arch=ti.cpu, cpu_max_num_threads=n_threads, real_matrix_scalarize=False)
     # Every option is passed again on each call: ti.init resets all of them to their defaults.
     # ti.init prints "[Taichi] Starting on arch=..." to stdout, which must stay clean for --jsonl -.
     try:

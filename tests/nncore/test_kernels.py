@@ -8,6 +8,7 @@ import pytest
 
 from nncore.kernels import activation as KA
 from nncore.kernels import conv as KC
+from nncore.kernels import gemm_cpu as KG
 from nncore.kernels import linear as KL
 from nncore.kernels import loss as KLoss
 from nncore.kernels import optim as KO
@@ -48,6 +49,30 @@ def test_linear(arch, rng, b, n_in, n_out):
     assert np.all(got[:3] == 9.0)  # nothing outside the layer's slice is touched
 
 
+@pytest.mark.parametrize("b,n_in,n_out", [(1, 1, 1), (5, 37, 13), (16, 16, 16), (33, 48, 32), (17, 5, 130),
+                                          (40, 129, 67), (256, 784, 1024)])
+def test_linear_cpu_gemm(rng, cpu, b, n_in, n_out):
+    """The register-tiled CPU kernels, on full tiles, partial tiles and sizes below one tile."""
+    x, w, bias = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in))), f32(rng.normal(size=n_out))
+    dout = f32(rng.normal(size=(b, n_out)))
+    params = np.concatenate([[7.0, -3.0], w.ravel(), bias])
+    w_off, b_off = 2, 2 + w.size
+    wt = zeros(n_in, n_out + KG.PAD)
+    KG.transpose_weight(wt, nd(params), w_off, n_out)
+    assert np.array_equal(wt.to_numpy()[:, :n_out], w.T.astype(np.float32))
+    out = zeros(b, n_out)
+    KG.linear_forward_cpu(out, nd(x), wt, nd(params), b_off)
+    assert rel_err(out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
+    dparams, dinp = nd(np.full(params.size, 9.0)), zeros(b, n_in)
+    KG.linear_dweight_cpu(dparams, nd(dout), nd(x), w_off, b_off)
+    KG.linear_dinput_cpu(dinp, nd(dout), nd(params), w_off)
+    dx, dw, db = R.linear_grads(x, w, dout)
+    got = dparams.to_numpy()
+    assert rel_err(got[w_off:b_off].reshape(w.shape), dw) < BWD_TOL
+    assert rel_err(got[b_off:], db) < BWD_TOL and np.all(got[:2] == 9.0)
+    assert rel_err(dinp.to_numpy(), dx) < BWD_TOL
+
+
 def test_linear_skips_input_gradient_when_told(arch, rng):
     x, w = rng.normal(size=(4, 6)), rng.normal(size=(3, 6))
     params = np.concatenate([w.ravel(), np.zeros(3)])
@@ -76,16 +101,16 @@ ACTS = {
 
 
 @pytest.mark.parametrize("name", sorted(ACTS))
-@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (3, 1001)])
-def test_activation(arch, rng, name, shape):
+@pytest.mark.parametrize("shape,chunk", [((1, 1), 1), ((7, 33), 5), ((3, 1001), 4096), ((3, 1001), 1)])
+def test_activation(arch, rng, name, shape, chunk):
     fwd, bwd, ref = ACTS[name]
     x = f32(rng.normal(scale=3.0, size=shape))
     x[0, 0] = 0.5  # keep one value clear of ReLU's kink
     dout = f32(rng.normal(size=shape))
     out, dinp = zeros(*shape), zeros(*shape)
-    fwd(out, nd(x))
+    fwd(out, nd(x), chunk)
     assert rel_err(out.to_numpy(), ref(x)) < FWD_TOL
-    bwd(dinp, nd(dout), out)
+    bwd(dinp, nd(dout), out, chunk)
     x_safe = np.where(np.abs(x) < 1e-3, 1e-3, x)  # finite differences across ReLU's kink are meaningless
     fd = R.central_diff(lambda v: np.sum(ref(v) * dout), x_safe)
     assert rel_err(dinp.to_numpy(), fd) < FD_TOL
@@ -95,7 +120,7 @@ def test_sigmoid_and_tanh_do_not_overflow(arch):
     x = np.array([[-1e4, -90.0, 0.0, 90.0, 1e4]])
     for name in ("sigmoid", "tanh"):
         out = zeros(1, 5)
-        ACTS[name][0](out, nd(x))
+        ACTS[name][0](out, nd(x), 1)
         assert np.all(np.isfinite(out.to_numpy()))
         assert rel_err(out.to_numpy(), ACTS[name][2](x)) < FWD_TOL
 

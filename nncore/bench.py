@@ -1,0 +1,197 @@
+"""Benchmark the seed workloads on one arch, and the identical PyTorch network on the identical batches.
+
+For each (workload, batch size): build the network, upload a fixed pool of random MNIST-shaped samples once,
+run ``warmup`` steps (the first compiles the kernels: reported on its own as ``compile_s``), then ``repeats``
+timed runs of ``steps`` training steps each, with a device sync before and after. samples/s is the median over
+the repeats. One extra pass with a sync after every part gives the per-layer breakdown. Where PyTorch is
+importable, the same network (same initial weights) trains on the same batches with the same optimizer, timed
+the same way in the same invocation, and the ratio is ours / PyTorch's.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from . import runtime
+from .config import load_config
+from .kernels.data import gather_rows
+from .network import Sequential, check_spec
+from .optim import SGD
+from .runtime import ti
+
+WORKLOADS = {  # name -> (config, overrides of the first Conv2D)
+    "net-1h": ("net-1h", None), "net-2h": ("net-2h", None),
+    "cnn32": ("cnn", 32), "cnn64": ("cnn", 64), "cnn256": ("cnn", 256),
+}
+POOL = 4096  # samples resident on the device; batches cycle through them
+
+
+@dataclass
+class BenchResult:
+    workload: str
+    arch: str
+    threads: int
+    batch: int
+    steps: int
+    repeats: int
+    compile_s: float
+    samples_per_s: float
+    ms_per_step: float
+    gflops: float  # achieved: training FLOPs per step / time per step
+    layers: list = field(default_factory=list)  # name, ms, share, gflops
+    torch_samples_per_s: float | None = None
+    ratio: float | None = None  # ours / PyTorch's
+    runs: list = field(default_factory=list)  # samples/s of every repeat
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def workload_model(name: str) -> dict:
+    cfg_name, filters = WORKLOADS[name]
+    model = load_config(cfg_name).model
+    if filters is not None:
+        model = {**model, "layers": [dict(l, out_channels=filters) if l["type"] == "Conv2D" else l
+                                     for l in model["layers"]]}
+    return model
+
+
+def _data(model: dict, seed: int = 0):
+    """A fixed pool of random inputs in [0, 1) and labels, the same for layerlab and PyTorch."""
+    rng = np.random.default_rng(seed)
+    n_out = check_spec(model)[0][-1].out_shape[0]
+    x = rng.random((POOL, *model["input"]), dtype=np.float32)
+    y = rng.integers(0, max(n_out, 2), size=POOL).astype(np.int32)
+    return x, y
+
+
+def _flops_per_step(net: Sequential, batch: int) -> int:
+    return sum(r["flops_fwd"] + r["flops_bwd"] for r in net.summary(batch))
+
+
+def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, warmup: int,
+                   threads: int | None = None, lr: float = 0.01) -> tuple[BenchResult, dict]:
+    info = runtime.init(arch, threads)
+    model = workload_model(name)
+    net = Sequential.from_spec(model, seed=0)
+    init = net.state_dict()
+    opt = SGD(net.n_params, lr=lr)
+    x, y = _data(model)
+    xs = ti.ndarray(ti.f32, shape=(POOL, x[0].size))
+    xs.from_numpy(x.reshape(POOL, -1))
+    ys, order = ti.ndarray(ti.i32, shape=(POOL,)), ti.ndarray(ti.i32, shape=(POOL,))
+    ys.from_numpy(y)
+    order.from_numpy(np.arange(POOL, dtype=np.int32))
+    ws = net.workspace(batch)
+    starts = [(i * batch) % (POOL - batch + 1) for i in range(steps)]
+
+    def run(n: int) -> None:
+        for s in starts[:n]:
+            gather_rows(ws.x, ws.labels, xs, ys, order, s)
+            net.train_step(ws, opt)
+
+    t0 = time.perf_counter()
+    run(1)
+    runtime.sync()
+    compile_s = time.perf_counter() - t0
+    run(max(warmup - 1, 0))
+    runtime.sync()
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run(steps)
+        runtime.sync()
+        rates.append(steps * batch / (time.perf_counter() - t0))
+    rate = statistics.median(rates)
+    ms = 1e3 * batch / rate
+    layers = _breakdown(net, ws, opt, xs, ys, order, reps=max(3, min(steps, 10)))
+    res = BenchResult(name, info.arch, info.threads, batch, steps, repeats, compile_s, rate, ms,
+                      _flops_per_step(net, batch) / (ms / 1e3) / 1e9, layers, runs=rates)
+    return res, {"model": model, "init": init, "x": x, "y": y, "starts": starts, "lr": lr}
+
+
+def _breakdown(net, ws, opt, xs, ys, order, reps: int) -> list[dict]:
+    """Per-layer ms with a sync after every part (the training loop's method, see docs/PERFORMANCE.md)."""
+    n = len(net.layers)
+    fwd, bwd, other = np.zeros(n), np.zeros(n), {"data": 0.0, "loss": 0.0, "optimizer": 0.0}
+    sync, now = runtime.sync, time.perf_counter
+    for _ in range(reps):
+        sync()
+        t = now()
+        gather_rows(ws.x, ws.labels, xs, ys, order, 0)
+        sync()
+        other["data"] += (t1 := now()) - t
+        for i, layer in enumerate(net.layers):
+            layer.forward(ws.acts[i + 1], ws.acts[i], net.params, ws.scratch[i])
+            sync()
+            fwd[i] += (t2 := now()) - t1
+            t1 = t2
+        net.loss_grad(ws)
+        sync()
+        other["loss"] += (t2 := now()) - t1
+        t1 = t2
+        for i in range(n - 1, -1, -1):
+            net.layers[i].backward(ws.dacts[i], net.grads, ws.dacts[i + 1], ws.acts[i], ws.acts[i + 1],
+                                   net.params, ws.scratch[i], net.need_dinp[i])
+            sync()
+            bwd[i] += (t2 := now()) - t1
+            t1 = t2
+        opt.step(net.params, net.grads)
+        sync()
+        other["optimizer"] += now() - t1
+    total = fwd.sum() + bwd.sum() + sum(other.values())
+    rows = net.summary(ws.batch)
+    out = [{"name": f"{i} {layer.kind}", "fwd_ms": 1e3 * fwd[i] / reps, "bwd_ms": 1e3 * bwd[i] / reps,
+            "share": (fwd[i] + bwd[i]) / total,
+            "gflops": (rows[i]["flops_fwd"] + rows[i]["flops_bwd"]) / max(fwd[i] + bwd[i], 1e-12) * reps / 1e9}
+           for i, layer in enumerate(net.layers)]
+    out += [{"name": k, "fwd_ms": 1e3 * v / reps, "bwd_ms": 0.0, "share": v / total, "gflops": 0.0}
+            for k, v in other.items()]
+    return out
+
+
+def bench_torch(ctx: dict, arch: str, batch: int, steps: int, repeats: int, warmup: int,
+                threads: int | None) -> float:
+    """The same network, weights, batches and optimizer in PyTorch; median samples/s."""
+    import torch
+
+    from .interop import torch_loss, torch_sequential
+
+    device = "cuda" if arch == "cuda" else "cpu"
+    if device == "cpu":
+        torch.set_num_threads(1 if arch == "cpu-serial" else (threads or runtime.cpu_count()))
+    net = Sequential.from_spec(ctx["model"], seed=0)  # shapes only; the weights come from ctx
+    model = torch_sequential(net, copy_weights=False).to(device)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in ctx["init"].items()})
+    crit, target = torch_loss(net.loss.name)
+    opt = torch.optim.SGD(model.parameters(), lr=ctx["lr"])
+    x = torch.from_numpy(ctx["x"]).to(device)
+    y = target(ctx["y"], net.out_shape[0]).to(device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def run(n: int) -> None:
+        for s in ctx["starts"][:n]:
+            opt.zero_grad(set_to_none=True)
+            crit(model(x[s:s + batch]), y[s:s + batch]).backward()
+            opt.step()
+
+    run(max(warmup, 1))
+    sync()
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run(steps)
+        sync()
+        rates.append(steps * batch / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def torch_available() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True

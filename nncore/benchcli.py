@@ -1,0 +1,81 @@
+"""``layerlab bench``: argument checks, progress, the text table and the JSON output of nncore.bench."""
+from __future__ import annotations
+
+import json
+import sys
+
+from . import bench
+from .errors import ConfigError, LayerlabError
+
+
+def _ints(text: str, name: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"--{name} {text!r} must be comma-separated integers") from None
+    if not vals or min(vals) < 1:
+        raise ConfigError(f"--{name} {text!r} must be positive integers")
+    return vals
+
+
+def _check(args) -> tuple[list[str], list[int]]:
+    names = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in names if w not in bench.WORKLOADS]
+    if unknown or not names:
+        raise ConfigError(f"--workloads: unknown {unknown[0] if unknown else '(none)'!r}; choose from "
+                          f"{', '.join(bench.WORKLOADS)}")
+    for name in ("steps", "repeats", "warmup"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name} {getattr(args, name)} must be >= 1")
+    return names, _ints(args.batch, "batch")
+
+
+def _line(r: bench.BenchResult) -> str:
+    torch = (f"{r.torch_samples_per_s:>12,.0f} {r.ratio:>6.2f}x" if r.ratio is not None else f"{'—':>12} {'':>7}")
+    return (f"{r.workload:<8} {r.batch:>6} {r.samples_per_s:>12,.0f} {r.ms_per_step:>9.2f} {r.gflops:>8.2f} "
+            f"{r.compile_s:>9.2f} {torch}")
+
+
+def run_bench(args) -> int:
+    try:
+        names, batches = _check(args)
+    except LayerlabError as exc:
+        print(f"layerlab: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    use_torch = not args.no_torch and bench.torch_available()
+    text = args.json != "-"
+    results = []
+    if text:
+        print(f"layerlab bench: {args.arch}, {args.steps} steps x {args.repeats} repeats after {args.warmup} "
+              f"warm-up steps; PyTorch: {'yes' if use_torch else 'not installed' if not args.no_torch else 'off'}")
+        print(f"{'workload':<8} {'batch':>6} {'samples/s':>12} {'ms/step':>9} {'GFLOP/s':>8} {'compile s':>9} "
+              f"{'torch s/s':>12} {'ratio':>7}")
+    try:
+        for name in names:
+            for batch in batches:
+                res, ctx = bench.bench_layerlab(name, args.arch, batch, args.steps, args.repeats, args.warmup,
+                                                args.threads)
+                if use_torch:
+                    res.torch_samples_per_s = bench.bench_torch(ctx, args.arch, batch, args.steps, args.repeats,
+                                                                args.warmup, args.threads)
+                    res.ratio = res.samples_per_s / res.torch_samples_per_s
+                results.append(res)
+                if text:
+                    print(_line(res), flush=True)
+    except LayerlabError as exc:
+        print(f"layerlab: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if text:
+        for r in results:
+            top = sorted(r.layers, key=lambda t: -t["share"])[:3]
+            print(f"  {r.workload} batch {r.batch}: " + ", ".join(
+                f"{t['name']} {100 * t['share']:.0f}% ({t['fwd_ms']:.2f}+{t['bwd_ms']:.2f} ms"
+                + (f", {t['gflops']:.1f} GFLOP/s)" if t["gflops"] else ")") for t in top))
+    if args.json:
+        doc = json.dumps([r.to_dict() for r in results], indent=1)
+        if args.json == "-":
+            print(doc)
+        else:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                fh.write(doc + "\n")
+    return 0
