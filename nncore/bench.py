@@ -114,43 +114,14 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
 
 
 def _breakdown(net, ws, opt, xs, ys, order, reps: int) -> list[dict]:
-    """Per-layer ms with a sync after every part (the training loop's method, see docs/PERFORMANCE.md)."""
-    n = len(net.layers)
-    fwd, bwd, other = np.zeros(n), np.zeros(n), {"data": 0.0, "loss": 0.0, "optimizer": 0.0}
-    sync, now = runtime.sync, time.perf_counter
+    """Per-part ms with a sync after every part (the training loop's method, see docs/PERFORMANCE.md)."""
+    from .train import _Timer
+
+    timer = _Timer(net)
     for _ in range(reps):
-        sync()
-        t = now()
-        gather_rows(ws.x, ws.labels, xs, ys, order, 0)
-        sync()
-        other["data"] += (t1 := now()) - t
-        for i, layer in enumerate(net.layers):
-            layer.forward(ws.acts[i + 1], ws.acts[i], net.params, ws.scratch[i])
-            sync()
-            fwd[i] += (t2 := now()) - t1
-            t1 = t2
-        net.loss_grad(ws)
-        sync()
-        other["loss"] += (t2 := now()) - t1
-        t1 = t2
-        for i in range(n - 1, -1, -1):
-            net.layers[i].backward(ws.dacts[i], net.grads, ws.dacts[i + 1], ws.acts[i], ws.acts[i + 1],
-                                   net.params, ws.scratch[i], net.need_dinp[i])
-            sync()
-            bwd[i] += (t2 := now()) - t1
-            t1 = t2
-        opt.step(net.params, net.grads)
-        sync()
-        other["optimizer"] += now() - t1
-    total = fwd.sum() + bwd.sum() + sum(other.values())
-    rows = net.summary(ws.batch)
-    out = [{"name": f"{i} {layer.kind}", "fwd_ms": 1e3 * fwd[i] / reps, "bwd_ms": 1e3 * bwd[i] / reps,
-            "share": (fwd[i] + bwd[i]) / total,
-            "gflops": (rows[i]["flops_fwd"] + rows[i]["flops_bwd"]) / max(fwd[i] + bwd[i], 1e-12) * reps / 1e9}
-           for i, layer in enumerate(net.layers)]
-    out += [{"name": k, "fwd_ms": 1e3 * v / reps, "bwd_ms": 0.0, "share": v / total, "gflops": 0.0}
-            for k, v in other.items()]
-    return out
+        timer.add(net.timed_step(ws, opt, lambda: gather_rows(ws.x, ws.labels, xs, ys, order, 0)), ws.batch)
+    return [{"name": t.name, "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms, "share": t.share, "gflops": t.gflops}
+            for t in timer.results()]
 
 
 def bench_torch(ctx: dict, arch: str, batch: int, steps: int, repeats: int, warmup: int,

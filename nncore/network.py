@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import inspect
 import math
+import time
 
 import numpy as np
 
 from . import runtime
 from .errors import ConfigError, DataError, StaleBufferError
 from .fileio import read_npz, write_npz_atomic
+from .fusion import plan
 from .layers import LAYER_TYPES, Flatten, Layer, MaxPool2D, ReLU, init_params
 from .losses import Loss
 from .runtime import ti
@@ -105,20 +107,37 @@ def summarize(layers: list[Layer], batch: int = 1) -> list[dict]:
     return rows
 
 
+def _buffer(dtype: str, shape: tuple):
+    """A scratch buffer: "f32", "i32", or "v16" (16-wide f32 vectors, for the CPU's vectorised kernels)."""
+    if dtype == "v16":
+        return ti.Vector.ndarray(16, ti.f32, shape=shape)
+    return ti.ndarray({"f32": ti.f32, "i32": ti.i32}[dtype], shape=shape)
+
+
 class Workspace:
-    """Every buffer one batch size needs: activations, their gradients, layer scratch, labels, losses."""
+    """Every buffer one batch size needs: activations, their gradients, part scratch, labels, losses.
+
+    ``acts[i]`` is layer i's input (``acts[-1]`` the logits) and ``dacts[i]`` its gradient. Inside a fused part
+    the intermediate activations are never stored: their entries are None.
+    """
 
     def __init__(self, net: "Sequential", batch: int):
         self.batch = batch
         size = lambda shape: int(math.prod(shape))  # noqa: E731
-        self.acts = [ti.ndarray(ti.f32, shape=(batch, size(net.input_shape)))]
-        for layer in net.layers:
-            self.acts.append(self.acts[-1] if layer.aliases_input
-                             else ti.ndarray(ti.f32, shape=(batch, size(layer.out_shape))))
         n = len(net.layers)
+        inner = {k for part in net.parts for k in range(part.first + 1, part.last + 1)}
+        self.acts: list = [ti.ndarray(ti.f32, shape=(batch, size(net.input_shape)))]
+        for i, layer in enumerate(net.layers):
+            if i + 1 in inner:
+                self.acts.append(None)
+            else:
+                self.acts.append(self.acts[i] if layer.aliases_input
+                                 else ti.ndarray(ti.f32, shape=(batch, size(layer.out_shape))))
         self.dacts: list = [None] * (n + 1)
         self.dacts[n] = ti.ndarray(ti.f32, shape=(batch, size(net.out_shape)))
         for i in range(n - 1, -1, -1):
+            if i in inner:
+                continue
             if not net.need_dinp[i]:
                 # No input gradient here (no parameters before this layer): the kernel gets the activation
                 # itself as a placeholder it never writes.
@@ -127,9 +146,10 @@ class Workspace:
                 self.dacts[i] = self.dacts[i + 1]
             else:
                 self.dacts[i] = ti.ndarray(ti.f32, shape=(batch, size(net.layers[i].in_shape)))
-        dtypes = {"f32": ti.f32, "i32": ti.i32}
-        self.scratch = [{k: ti.ndarray(dtypes[dt], shape=s) for k, (dt, s) in layer.scratch_shapes(batch).items()}
-                        for layer in net.layers]
+        self.scratch: list = [{} for _ in range(n)]
+        for part in net.parts:
+            self.scratch[part.first] = {k: _buffer(dt, s) for k, (dt, s)
+                                        in part.scratch_shapes(batch, net.need_dinp[part.first]).items()}
         self.labels = ti.ndarray(ti.i32, shape=(batch,))
         self.losses = ti.ndarray(ti.f32, shape=(batch,))
         self.loss_out = ti.ndarray(ti.f32, shape=(1,))
@@ -208,6 +228,7 @@ class Sequential:
     def _alloc(self, state: dict[str, np.ndarray]) -> None:
         runtime.require()
         self._gen = runtime.generation()
+        self.parts = plan(self.layers, self.need_dinp)  # which layers run fused depends on the backend
         n = max(self.n_params, 1)
         self.params = ti.ndarray(ti.f32, shape=(n,))
         self.grads = ti.ndarray(ti.f32, shape=(n,))
@@ -251,8 +272,8 @@ class Sequential:
 
     def forward(self, ws: Workspace):
         self._check_live()
-        for i, layer in enumerate(self.layers):
-            layer.forward(ws.acts[i + 1], ws.acts[i], self.params, ws.scratch[i])
+        for part in self.parts:
+            part.forward(ws, self.params)
         return ws.logits
 
     def loss_grad(self, ws: Workspace) -> None:
@@ -263,9 +284,44 @@ class Sequential:
 
     def backward(self, ws: Workspace) -> None:
         """Gradients of every parameter into ``self.grads`` (overwritten, not accumulated)."""
-        for i in range(len(self.layers) - 1, -1, -1):
-            self.layers[i].backward(ws.dacts[i], self.grads, ws.dacts[i + 1], ws.acts[i], ws.acts[i + 1],
-                                    self.params, ws.scratch[i], self.need_dinp[i])
+        for part in reversed(self.parts):
+            part.backward(ws, self.params, self.grads, self.need_dinp[part.first])
+
+    def timed_step(self, ws: Workspace, optimizer, gather) -> dict[str, np.ndarray | float]:
+        """One training step with a device sync after each part: seconds for ``gather()`` (the batch), each
+        part's forward and backward, the loss and the optimizer. For per-layer timing on sampled steps."""
+        sync, now, n = runtime.sync, time.perf_counter, len(self.parts)
+        fwd, bwd = np.zeros(n), np.zeros(n)
+        sync()
+        t0 = now()
+        gather()
+        sync()
+        t = {"data": (t1 := now()) - t0}
+        for k, part in enumerate(self.parts):
+            part.forward(ws, self.params)
+            sync()
+            fwd[k] = (t2 := now()) - t1
+            t1 = t2
+        self.loss_grad(ws)
+        sync()
+        t["loss"] = (t2 := now()) - t1
+        t1 = t2
+        for k in range(n - 1, -1, -1):
+            part = self.parts[k]
+            part.backward(ws, self.params, self.grads, self.need_dinp[part.first])
+            sync()
+            bwd[k] = (t2 := now()) - t1
+            t1 = t2
+        optimizer.step(self.params, self.grads)
+        sync()
+        t["optimizer"] = now() - t1
+        return {"fwd": fwd, "bwd": bwd, **t}
+
+    def part_flops(self, batch: int) -> np.ndarray:
+        """Training FLOPs of each part for one step of ``batch`` (the unfused count of its layers)."""
+        rows = summarize(self.layers, batch)
+        return np.array([sum(rows[i]["flops_fwd"] + rows[i]["flops_bwd"] for i in range(p.first, p.last + 1))
+                         for p in self.parts], dtype=np.float64)
 
     def train_step(self, ws: Workspace, optimizer) -> None:
         """Forward, loss, backward and update on the batch already in ``ws``; all on the device."""

@@ -51,21 +51,29 @@ class _Timer:
 
     def __init__(self, net: Sequential):
         self.net = net
-        n = len(net.layers)
-        self.fwd, self.bwd = np.zeros(n), np.zeros(n)
+        n = len(net.parts)
+        self.fwd, self.bwd, self.flops = np.zeros(n), np.zeros(n), np.zeros(n)
         self.other = {"data": 0.0, "loss": 0.0, "optimizer": 0.0}
-        self.flops, self.steps = np.zeros(n), 0
+        self.steps = 0
+
+    def add(self, t: dict, batch: int) -> None:
+        self.fwd += t["fwd"]
+        self.bwd += t["bwd"]
+        for k in self.other:
+            self.other[k] += t[k]
+        self.flops += self.net.part_flops(batch)
+        self.steps += 1
 
     def results(self) -> list[LayerTiming]:
         if not self.steps:
             return []
         total = self.fwd.sum() + self.bwd.sum() + sum(self.other.values())
         out = []
-        for i, layer in enumerate(self.net.layers):
-            t = self.fwd[i] + self.bwd[i]
-            out.append(LayerTiming(i, f"layer {i} ({layer.kind})", 1e3 * self.fwd[i] / self.steps,
-                                   1e3 * self.bwd[i] / self.steps, t / total if total else 0.0,
-                                   self.flops[i] / t / 1e9 if t > 0 else 0.0))
+        for k, part in enumerate(self.net.parts):
+            t = self.fwd[k] + self.bwd[k]
+            out.append(LayerTiming(part.first, part.name, 1e3 * self.fwd[k] / self.steps,
+                                   1e3 * self.bwd[k] / self.steps, t / total if total else 0.0,
+                                   self.flops[k] / t / 1e9 if t > 0 else 0.0))
         for name, t in self.other.items():
             out.append(LayerTiming(-1, name, 1e3 * t / self.steps, 0.0, t / total if total else 0.0, 0.0))
         return out
@@ -120,32 +128,8 @@ class Trainer:
 
     # -- steps ---------------------------------------------------------------------------------------------
     def _timed_step(self, ws, start: int, timer: _Timer) -> None:
-        net, sync, now = self.net, runtime.sync, time.perf_counter
-        sync()
-        t = now()
-        gather_rows(ws.x, ws.labels, *self.train_set, start)
-        sync()
-        timer.other["data"] += (t1 := now()) - t
-        for i, layer in enumerate(net.layers):
-            layer.forward(ws.acts[i + 1], ws.acts[i], net.params, ws.scratch[i])
-            sync()
-            timer.fwd[i] += (t2 := now()) - t1
-            t1 = t2
-        net.loss_grad(ws)
-        sync()
-        timer.other["loss"] += (t2 := now()) - t1
-        t1 = t2
-        for i in range(len(net.layers) - 1, -1, -1):
-            net.layers[i].backward(ws.dacts[i], net.grads, ws.dacts[i + 1], ws.acts[i], ws.acts[i + 1],
-                                   net.params, ws.scratch[i], net.need_dinp[i])
-            sync()
-            timer.bwd[i] += (t2 := now()) - t1
-            t1 = t2
-        self.opt.step(net.params, net.grads)
-        sync()
-        timer.other["optimizer"] += now() - t1
-        timer.flops += [sum(layer.flops(ws.batch, need)) for layer, need in zip(net.layers, net.need_dinp)]
-        timer.steps += 1
+        gather = lambda: gather_rows(ws.x, ws.labels, *self.train_set, start)  # noqa: E731
+        timer.add(self.net.timed_step(ws, self.opt, gather), ws.batch)
 
     def _check_diverged(self) -> None:
         bad = int(self.bad.to_numpy()[0])

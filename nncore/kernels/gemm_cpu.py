@@ -2,13 +2,13 @@
 
 Each kernel computes a (M, N) result as a sum over k of A[m, k] * B[k, n], with B contiguous along n: a tile
 of TM rows x 16 columns lives in TM vector registers; every k broadcasts TM scalars of A and loads one
-16-wide row segment of B (LLVM turns the 16 adjacent loads into one vector load and the products into FMAs,
-since runtime.init keeps vector types unscalarised on the CPU). Rows and columns beyond the last full tile
-are done by plain loops, so any shape works.
+16-wide row segment of B (a vector gather: Taichi's index arithmetic hides the contiguity from LLVM), then
+does TM 16-wide FMAs (runtime.init keeps vector types unscalarised on the CPU). Partial tiles at the edges
+read clamped indices and store only what exists, so any shape works.
 
 Linear's forward needs W^T (IN, OUT) contiguous along OUT: ``transpose_weight`` refreshes it before each
-forward, into rows padded by ``PAD`` floats. The input gradient reads W (OUT, IN) and the weight gradient reads the layer input, both already
-contiguous along the output columns.
+forward, into rows padded by ``PAD`` floats. The input gradient reads W (OUT, IN) and the weight gradient
+reads the layer input, both already contiguous along the output columns.
 """
 import taichi as ti
 
@@ -17,25 +17,6 @@ from . import F1, F2
 TM, L = 16, 16
 PAD = 16
 V = ti.types.vector(L, ti.f32)
-
-
-@ti.func
-def _edges(m_n: ti.i32, n_n: ti.i32) -> ti.i32:
-    """How many (m, n) lie outside the full tiles: the bottom rows, then the right columns above them."""
-    mf, nf = (m_n // TM) * TM, (n_n // L) * L
-    return (m_n - mf) * n_n + mf * (n_n - nf)
-
-
-@ti.func
-def _edge(e: ti.i32, m_n: ti.i32, n_n: ti.i32):
-    mf, nf = (m_n // TM) * TM, (n_n // L) * L
-    m, n = 0, 0
-    if e < (m_n - mf) * n_n:
-        m, n = mf + e // n_n, e % n_n
-    else:
-        r = e - (m_n - mf) * n_n
-        m, n = r // (n_n - nf), nf + r % (n_n - nf)
-    return m, n
 
 
 @ti.kernel
@@ -63,25 +44,21 @@ def transpose_weight(wt: F2, params: F1, w_off: ti.i32, n_out: ti.i32):
 
 @ti.kernel
 def linear_forward_cpu(out: F2, inp: F2, wt: F2, params: F1, b_off: ti.i32):
-    # out: (B, OUT) f32 = inp: (B, IN) f32 @ wt: (IN, OUT) f32 + params[b_off:] (OUT,)
+    # out: (B, OUT) f32 = inp: (B, IN) f32 @ wt: (IN, OUT + PAD) f32 + params[b_off:] (OUT,)
     m_n, n_n, k_n = out.shape[0], out.shape[1], inp.shape[1]
-    mt, nt = m_n // TM, n_n // L
+    mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
     for t in range(mt * nt):
+        # Partial tiles read clamped rows (and wt's padding columns) and store only what exists.
         m0, n0 = (t // nt) * TM, (t % nt) * L
         acc = [V(0.0) for _ in ti.static(range(TM))]
         for k in range(k_n):
             bv = V([wt[k, n0 + j] for j in ti.static(range(L))])
             for i in ti.static(range(TM)):
-                acc[i] += inp[m0 + i, k] * bv
+                acc[i] += inp[ti.min(m0 + i, m_n - 1), k] * bv
         for i in ti.static(range(TM)):
             for j in ti.static(range(L)):
-                out[m0 + i, n0 + j] = acc[i][j] + params[b_off + n0 + j]
-    for e in range(_edges(m_n, n_n)):  # rows past the last full tile, columns past the last one
-        m, n = _edge(e, m_n, n_n)
-        acc = params[b_off + n]
-        for k in range(k_n):
-            acc += inp[m, k] * wt[k, n]
-        out[m, n] = acc
+                if m0 + i < m_n and n0 + j < n_n:
+                    out[m0 + i, n0 + j] = acc[i][j] + params[b_off + n0 + j]
 
 
 @ti.kernel
@@ -89,23 +66,18 @@ def linear_dweight_cpu(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_off: ti.
     # dparams[w_off:]: dW (OUT, IN) = dout^T @ inp   dparams[b_off:]: db (OUT,) = column sums of dout
     # dout: (B, OUT) f32   inp: (B, IN) f32
     k_n, m_n, n_n = dout.shape[0], dout.shape[1], inp.shape[1]
-    mt, nt = m_n // TM, n_n // L
+    mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
     for t in range(mt * nt):
         m0, n0 = (t // nt) * TM, (t % nt) * L
         acc = [V(0.0) for _ in ti.static(range(TM))]
         for k in range(k_n):
-            bv = V([inp[k, n0 + j] for j in ti.static(range(L))])
+            bv = V([inp[k, ti.min(n0 + j, n_n - 1)] for j in ti.static(range(L))])
             for i in ti.static(range(TM)):
-                acc[i] += dout[k, m0 + i] * bv
+                acc[i] += dout[k, ti.min(m0 + i, m_n - 1)] * bv
         for i in ti.static(range(TM)):
             for j in ti.static(range(L)):
-                dparams[w_off + (m0 + i) * n_n + n0 + j] = acc[i][j]
-    for e in range(_edges(m_n, n_n)):
-        m, n = _edge(e, m_n, n_n)
-        acc = 0.0
-        for k in range(k_n):
-            acc += dout[k, m] * inp[k, n]
-        dparams[w_off + m * n_n + n] = acc
+                if m0 + i < m_n and n0 + j < n_n:
+                    dparams[w_off + (m0 + i) * n_n + n0 + j] = acc[i][j]
     for m in range(m_n):
         acc = 0.0
         for k in range(k_n):
@@ -117,21 +89,16 @@ def linear_dweight_cpu(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_off: ti.
 def linear_dinput_cpu(dinp: F2, dout: F2, params: F1, w_off: ti.i32):
     # dinp: (B, IN) f32 = dout: (B, OUT) f32 @ params[w_off:]: W (OUT, IN)
     m_n, n_n, k_n = dinp.shape[0], dinp.shape[1], dout.shape[1]
-    mt, nt = m_n // TM, n_n // L
+    mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
     for t in range(mt * nt):
         m0, n0 = (t // nt) * TM, (t % nt) * L
         acc = [V(0.0) for _ in ti.static(range(TM))]
         for k in range(k_n):
-            base = w_off + k * n_n + n0
-            bv = V([params[base + j] for j in ti.static(range(L))])
+            base = w_off + k * n_n
+            bv = V([params[base + ti.min(n0 + j, n_n - 1)] for j in ti.static(range(L))])
             for i in ti.static(range(TM)):
-                acc[i] += dout[m0 + i, k] * bv
+                acc[i] += dout[ti.min(m0 + i, m_n - 1), k] * bv
         for i in ti.static(range(TM)):
             for j in ti.static(range(L)):
-                dinp[m0 + i, n0 + j] = acc[i][j]
-    for e in range(_edges(m_n, n_n)):
-        m, n = _edge(e, m_n, n_n)
-        acc = 0.0
-        for k in range(k_n):
-            acc += dout[m, k] * params[w_off + k * n_n + n]
-        dinp[m, n] = acc
+                if m0 + i < m_n and n0 + j < n_n:
+                    dinp[m0 + i, n0 + j] = acc[i][j]

@@ -209,3 +209,33 @@ def test_no_input_gradient_before_the_first_parameters(cpu, rng):
     off = net.layers[2].offsets["weight"]
     assert rel_err(net.grads.to_numpy()[off:off + 36].reshape(3, 12), fd) < 2e-4
     assert np.array_equal(ws.acts[0].to_numpy(), x.astype(np.float32))  # the input is never written
+
+
+FUSED = [{"type": "Conv2D", "out_channels": 3, "kernel_size": 3, "padding": 1},
+         {"type": "Tanh"},
+         {"type": "Conv2D", "out_channels": 4, "kernel_size": [2, 3], "stride": [1, 2], "padding": [1, 0]},
+         {"type": "ReLU"}, {"type": "MaxPool2D", "kernel_size": 3, "stride": 2},  # overlapping windows
+         {"type": "Flatten"}, {"type": "Linear", "out_features": 5}]
+
+
+@pytest.mark.parametrize("spec,fused", [(FUSED, []), (FUSED[2:], [(0, 2)]),
+                                        ([dict(FUSED[0], out_channels=21)] + FUSED[3:], [(0, 2)])])
+def test_fused_conv_relu_pool_matches_finite_differences(cpu, rng, spec, fused):
+    """Conv2D -> ReLU -> MaxPool2D runs fused on the CPU where the conv gives no input gradient (a channel
+    count that is not a multiple of 16 included); elsewhere the layers run one by one."""
+    net = Sequential(spec, [2, 9, 11], "cross_entropy", seed=7)
+    assert [(p.first, p.last) for p in net.parts if p.fused is not None] == fused
+    x, y = rng.normal(size=(6, 2 * 9 * 11)), rng.integers(0, 5, size=6)
+    state = {k: v.astype(np.float64) for k, v in net.state_dict().items()}
+    ws = net.workspace(6)
+    ws.load(x, y)
+    net.forward(ws)
+    net.loss_grad(ws)
+    net.backward(ws)
+    assert rel_err(ws.loss_value(), _reference_loss(net, state, x.astype(np.float32), y)) < 1e-5
+    grads = net.grads.to_numpy()
+    for name, w in state.items():
+        layer = net.layers[int(name.split(".")[0])]
+        off = layer.offsets[name.split(".")[1]]
+        fd = R.central_diff(lambda v, name=name: _reference_loss(net, {**state, name: v}, x.astype(np.float32), y), w)
+        assert rel_err(grads[off:off + w.size].reshape(w.shape), fd) < 2e-4, name

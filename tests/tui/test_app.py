@@ -144,6 +144,8 @@ async def test_app_stays_responsive_during_a_run(fixed_env):
     app = LayerlabApp("cnn")
     async with app.run_test(size=SIZE) as pilot:
         seen = recording(app)
+        app.query_one("#epochs", Input).value = "100"  # long enough to outlast the measurement
+        await wait_for(pilot, lambda: app.settings_ok)
         ticks = []
         app.set_interval(0.05, lambda: ticks.append(time.monotonic()))
         await pilot.press("s")

@@ -1,0 +1,99 @@
+"""How a network runs: its layers grouped into parts, some parts fused into one kernel pair.
+
+A part is one layer, or a run of layers executed together. On the CPU, Conv2D -> ReLU -> MaxPool2D runs as one
+fused part: the ReLU output is never written (ReLU and pooling are one pass over the conv output that keeps
+each window's winner), and backward needs neither the ReLU nor the pooling layer's own kernels. On CUDA every layer is its own
+part. Per-layer timings are reported per part: a fused part is named after all of its layers.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .kernels import conv_cpu as K_cpu
+from .kernels import on_cpu
+from .layers import Conv2D, Layer, MaxPool2D, ReLU
+
+
+@dataclass
+class Part:
+    first: int  # index of the first layer of the part
+    last: int  # index of the last layer (inclusive)
+    layers: list
+    fused: "ConvReluPool | None" = None
+
+    def forward(self, ws, params) -> None:
+        i, j = self.first, self.last
+        runner = self.fused or self.layers[0]
+        runner.forward(ws.acts[j + 1], ws.acts[i], params, ws.scratch[i])
+
+    def backward(self, ws, params, dparams, need_dinp: bool) -> None:
+        i, j = self.first, self.last
+        runner = self.fused or self.layers[0]
+        runner.backward(ws.dacts[i], dparams, ws.dacts[j + 1], ws.acts[i], ws.acts[j + 1], params, ws.scratch[i],
+                        need_dinp)
+
+    def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
+        return self.fused.scratch_shapes(batch, need_dinp) if self.fused else self.layers[0].scratch_shapes(batch)
+
+    @property
+    def name(self) -> str:
+        if self.first == self.last:
+            return f"layer {self.first} ({self.layers[0].kind})"
+        return f"layers {self.first}-{self.last} ({'+'.join(l.kind for l in self.layers)})"
+
+
+PARTIAL_BLOCKS = 8  # blocks of samples whose weight-gradient sums run in parallel, then add up
+
+
+class ConvReluPool:
+    """Conv2D -> ReLU -> MaxPool2D, for a conv that needs no input gradient (nothing with parameters before it):
+    a channels-last vectorised conv, ReLU and pooling in one pass that keeps the winners; backward routes the
+    pooled gradient to the winners and correlates it with the input for the weight and bias gradients."""
+
+    def __init__(self, conv: Conv2D, pool: MaxPool2D):
+        self.conv, self.pool = conv, pool
+        self.blocks = -(-conv.out_channels // K_cpu.L)
+        self.taps = conv.c * conv.kernel[0] * conv.kernel[1]
+
+    def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
+        _, oh, ow = self.conv.out_shape
+        # "conv" holds the conv output in forward and its gradient in backward.
+        return {"argmax": ("i32", (batch, math.prod(self.pool.out_shape))),
+                "conv": ("v16", (batch, oh * ow, self.blocks)), "wv": ("v16", (self.taps + 1, self.blocks)),
+                "part": ("v16", (min(batch, PARTIAL_BLOCKS), self.taps + 1, self.blocks))}
+
+    def _geometry(self):
+        c = self.conv
+        return (c.c, c.h, c.w, *c.kernel, *c.stride, *c.padding, c.out_shape[2])
+
+    def forward(self, out, inp, params, scratch) -> None:
+        conv = self.conv
+        K_cpu.pack_weights(scratch["wv"], params, conv.offsets["weight"], conv.offsets["bias"], conv.out_channels)
+        K_cpu.conv_forward_cl(scratch["conv"], inp, scratch["wv"], *self._geometry())
+        K_cpu.relu_pool_forward_cl(out, scratch["argmax"], scratch["conv"], conv.out_channels, conv.out_shape[2],
+                                   *self.pool.kernel, *self.pool.stride)
+
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
+        conv, dconv = self.conv, scratch["conv"]
+        dconv.fill(0.0)
+        K_cpu.pool_grad_scatter_cl(dconv, dout, scratch["argmax"], conv.out_channels, conv.out_shape[2],
+                                   *self.pool.kernel, *self.pool.stride)
+        K_cpu.conv_dweight_cl(scratch["part"], dconv, inp, *self._geometry())
+        K_cpu.dweight_reduce(dparams, scratch["part"], conv.offsets["weight"], conv.offsets["bias"],
+                             conv.out_channels)
+
+
+def plan(layers: list[Layer], need_dinp: list[bool]) -> list[Part]:
+    """Group the layers into parts; fuse where the backend has a fused kernel for the pattern."""
+    parts, i, fuse = [], 0, on_cpu()
+    while i < len(layers):
+        trio = layers[i:i + 3]
+        if (fuse and len(trio) == 3 and isinstance(trio[0], Conv2D) and isinstance(trio[1], ReLU)
+                and isinstance(trio[2], MaxPool2D) and not need_dinp[i]):
+            parts.append(Part(i, i + 2, trio, ConvReluPool(trio[0], trio[2])))
+            i += 3
+        else:
+            parts.append(Part(i, i, [layers[i]]))
+            i += 1
+    return parts
