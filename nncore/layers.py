@@ -233,8 +233,12 @@ class Conv2D(Layer):
         K_conv.conv2d_forward(out, inp, params, self.offsets["weight"], self.offsets["bias"], *self._geometry())
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp):
-        K_conv.conv2d_backward(dinp, dparams, dout, inp, params, self.offsets["weight"], self.offsets["bias"],
-                               *self._geometry(), int(need_dinp))
+        w_off, b_off = self.offsets["weight"], self.offsets["bias"]
+        cpu = on_cpu()  # the GPU sums the weight gradient with atomics, the CPU without
+        K_conv.conv2d_backward(dinp, dparams, dout, inp, params, w_off, b_off, *self._geometry(), int(need_dinp),
+                               int(cpu))
+        if not cpu:
+            K_conv.conv2d_dweight_atomic(dparams, dout, inp, w_off, b_off, *self._geometry())
 
 
 class MaxPool2D(Layer):
