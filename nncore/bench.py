@@ -52,11 +52,7 @@ class BenchResult:
 
 def workload_model(name: str) -> dict:
     cfg_name, filters = WORKLOADS[name]
-    model = load_config(cfg_name).model
-    if filters is not None:
-        model = {**model, "layers": [dict(l, out_channels=filters) if l["type"] == "Conv2D" else l
-                                     for l in model["layers"]]}
-    return model
+    return with_filters(load_config(cfg_name).model, filters)
 
 
 def _data(model: dict, seed: int = 0):
@@ -72,10 +68,20 @@ def _flops_per_step(net: Sequential, batch: int) -> int:
     return sum(r["flops_fwd"] + r["flops_bwd"] for r in net.summary(batch))
 
 
+def with_filters(model: dict, filters: int | None) -> dict:
+    """The model with every Conv2D's out_channels set to ``filters`` (None: unchanged)."""
+    if filters is None:
+        return model
+    return {**model, "layers": [dict(l, out_channels=filters) if l["type"].lower() == "conv2d" else l
+                                for l in model["layers"]]}
+
+
 def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, warmup: int,
-                   threads: int | None = None, lr: float = 0.01) -> tuple[BenchResult, dict]:
+                   threads: int | None = None, lr: float = 0.01, model: dict | None = None
+                   ) -> tuple[BenchResult, dict]:
+    """Time ``model`` (default: the workload ``name``) on ``arch``; also returns what PyTorch needs."""
     info = runtime.init(arch, threads)
-    model = workload_model(name)
+    model = model or workload_model(name)
     net = Sequential.from_spec(model, seed=0)
     init = net.state_dict()
     opt = SGD(net.n_params, lr=lr)

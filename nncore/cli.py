@@ -57,6 +57,22 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=int, default=3, help="steps before timing (the first compiles)")
     b.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     b.add_argument("--json", metavar="FILE|-", help="write the results as JSON ('-': stdout, instead of text)")
+    sw = sub.add_parser("sweep", help="scaling sweep: archs x threads x batch sizes x filters, with Amdahl")
+    sw.add_argument("config")
+    sw.add_argument("--archs", default="cpu-serial,cpu-parallel")
+    sw.add_argument("--batch", default="64,256,1000")
+    sw.add_argument("--filters", help="comma-separated Conv2D filter counts (default: as configured)")
+    sw.add_argument("--threads", help="comma-separated thread counts for cpu-parallel (default: all cores)")
+    sw.add_argument("--steps", type=int, default=10)
+    sw.add_argument("--repeats", type=int, default=5)
+    sw.add_argument("--warmup", type=int, default=3)
+    sw.add_argument("--out", metavar="DIR", default="sweep-results")
+    ls = sub.add_parser("lockstep", help="train on two archs in lockstep and compare losses and weights")
+    ls.add_argument("config")
+    ls.add_argument("--archs", default="cpu-serial,cpu-parallel")
+    ls.add_argument("--steps", type=int, default=20)
+    ls.add_argument("--batch-size", type=int, default=64)
+    ls.add_argument("--tol", type=float, default=1e-5)
     ui = sub.add_parser("tui", help="the terminal app (the default with no arguments)")
     ui.add_argument("config", nargs="?", help="a config to open (default: quadrant)")
     return p
@@ -158,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
             from nncore.benchcli import run_bench
 
             return run_bench(args)
+        if args.command in ("sweep", "lockstep"):
+            from nncore.sweepcli import run_lockstep, run_sweep_cli
+
+            return run_sweep_cli(args) if args.command == "sweep" else run_lockstep(args)
         if args.command == "archs":
             return _archs()
         if args.command == "train":

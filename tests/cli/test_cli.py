@@ -158,3 +158,31 @@ def test_tui_with_a_bad_config_exits_2_before_opening(tmp_path):
     proc = layerlab("tui", tmp_path / "nope.toml")
     assert proc.returncode == 2
     one_line_error(proc, "nope.toml: no such file")
+
+
+def test_sweep_writes_csv_and_json_with_amdahl(tmp_path):
+    proc = layerlab("sweep", "quadrant", "--batch", "32", "--steps", "2", "--repeats", "2", "--warmup", "1",
+                    "--out", tmp_path / "out", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    import csv
+
+    rows = list(csv.DictReader(open(tmp_path / "out" / "sweep.csv")))
+    assert [r["arch"] for r in rows] == ["cpu-serial", "cpu-parallel"]
+    assert float(rows[0]["speedup"]) == 1.0
+    doc = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert doc["amdahl"]["p"] > 0 and len(doc["points"]) == 2
+    assert "Amdahl" in proc.stdout
+
+
+@pytest.mark.parametrize("args,needle", [(["--archs", "cpu-serial,gpu"], "unknown arch 'gpu'"),
+                                         (["--batch", "0"], "--batch '0' must be positive")])
+def test_sweep_bad_arguments_exit_2(args, needle):
+    proc = layerlab("sweep", "quadrant", *args)
+    assert proc.returncode == 2
+    one_line_error(proc, needle)
+
+
+def test_lockstep_cli_agrees():
+    proc = layerlab("lockstep", "quadrant", "--steps", "5", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 of 5 steps beyond" in proc.stdout

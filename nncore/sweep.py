@@ -1,0 +1,118 @@
+"""``layerlab sweep`` and ``layerlab lockstep``: run the grid, derive the figures, write CSV and JSON, report.
+
+The grid is archs x thread counts (CPU) x batch sizes x filter counts; every point is one
+:func:`nncore.bench.bench_layerlab` measurement (warm-up excluded, median of repeats) of the config's network.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+from . import analysis, bench
+
+COLUMNS = ["arch", "threads", "batch", "filters", "samples_per_s", "ms_per_step", "epoch_s", "gflops", "speedup",
+           "efficiency", "karp_flatt", "launches"]
+
+
+def count_launches(net, ws, opt) -> int:
+    """Kernel launches of one training step (batch gather included), counted by wrapping every kernel."""
+    import importlib
+    import pkgutil
+
+    from . import kernels
+    from .runtime import ti
+
+    count = [1]  # the batch gather, not part of the step below
+    patched = []
+    for info in pkgutil.iter_modules(kernels.__path__):
+        mod = importlib.import_module(f"{kernels.__name__}.{info.name}")
+        for name, fn in list(vars(mod).items()):
+            if callable(fn) and type(fn).__name__ == "function" and hasattr(fn, "_primal"):
+                def wrapped(*a, _fn=fn, **k):
+                    count[0] += 1
+                    return _fn(*a, **k)
+                patched.append((mod, name, fn))
+                setattr(mod, name, wrapped)
+    nd_cls = type(ws.x)
+    orig_fill = nd_cls.fill
+    vec_cls = type(ti.Vector.ndarray(16, ti.f32, shape=(1,)))
+    orig_vfill = vec_cls.fill
+
+    def fill(self, v, _orig=None):
+        count[0] += 1
+        return (orig_vfill if isinstance(self, vec_cls) else orig_fill)(self, v)
+
+    nd_cls.fill = vec_cls.fill = fill
+    try:
+        net.train_step(ws, opt)
+    finally:
+        nd_cls.fill, vec_cls.fill = orig_fill, orig_vfill
+        for mod, name, fn in patched:
+            setattr(mod, name, fn)
+    return count[0]
+
+
+def run_sweep(model: dict, archs: list[str], batches: list[int], filters: list, threads: list, steps: int,
+              repeats: int, warmup: int, progress=None) -> list[analysis.SweepPoint]:
+    grid = [(a, t, b, f) for a in archs for t in (threads if a == "cpu-parallel" else [None])
+            for f in filters for b in batches]
+    points = []
+    for i, (arch, thr, batch, filt) in enumerate(grid):
+        if progress:
+            progress(i, len(grid), f"{arch}{'' if thr is None else f' x{thr}'} batch {batch}"
+                     + (f" filters {filt}" if filt else ""))
+        res, _ = bench.bench_layerlab("sweep", arch, batch, steps, repeats, warmup, thr,
+                                      model=bench.with_filters(model, filt))
+        from .network import Sequential
+        from .optim import SGD
+        net = Sequential.from_spec(bench.with_filters(model, filt))
+        launches = count_launches(net, net.workspace(batch), SGD(net.n_params, lr=0.01))
+        points.append(analysis.SweepPoint(res.arch, res.threads or 0, batch, filt, res.samples_per_s,
+                                          res.ms_per_step, res.gflops, res.layers, launches))
+    if progress:
+        progress(len(grid), len(grid), "done")
+    return analysis.derive(points)
+
+
+def write_results(points, out_dir: Path, extra: dict) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "sweep.csv", "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        for p in points:
+            w.writerow(p.to_dict())
+    doc = {**extra, "points": [p.to_dict() for p in points]}
+    (out_dir / "sweep.json").write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+
+
+def _fmt(v, spec):
+    return "—" if v is None else format(v, spec)
+
+
+def report(points, amdahl: analysis.AmdahlView | None, out=sys.stdout) -> None:
+    print(f"{'arch':<13} {'thr':>3} {'batch':>6} {'filters':>7} {'samples/s':>11} {'s/epoch':>8} {'GFLOP/s':>8} "
+          f"{'speedup':>8} {'effic.':>7} {'K-F e':>7} {'launch':>6}", file=out)
+    for p in points:
+        print(f"{p.arch:<13} {p.threads:>3} {p.batch:>6} {_fmt(p.filters, ''):>7} {p.samples_per_s:>11,.0f} "
+              f"{p.epoch_s:>8.2f} {p.gflops:>8.2f} {_fmt(p.speedup, '.2f'):>8} {_fmt(p.efficiency, '.2f'):>7} "
+              f"{_fmt(p.karp_flatt, '.3f'):>7} {p.launches:>6}", file=out)
+    if amdahl is not None:
+        a = amdahl
+        print(f"\nAmdahl (cpu-serial profile of the first point): kernels {a.kernel_ms:.2f} ms, host and launches "
+              f"{a.host_ms:.2f} ms per step, so p = {a.p:.3f}", file=out)
+        print(f"  bound for {a.threads} threads: {a.bound_threads:.2f}x; for a GPU (s -> inf): {a.bound_gpu:.1f}x",
+              file=out)
+        for arch, s in a.measured.items():
+            print(f"  measured {arch}: {s:.2f}x", file=out)
+        print("  share of the serial step: " + ", ".join(f"{n} {100 * s:.1f}%" for n, s in a.layer_shares), file=out)
+
+
+def _progress(i, n, what):
+    width = 24
+    done = int(width * i / max(n, 1))
+    sys.stderr.write(f"\rsweep [{'#' * done}{'-' * (width - done)}] {i}/{n} {what:<40}")
+    if i == n:
+        sys.stderr.write("\n")
+    sys.stderr.flush()

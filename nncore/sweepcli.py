@@ -1,0 +1,81 @@
+"""Argument checks and output of ``layerlab sweep`` and ``layerlab lockstep``."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from . import analysis, runtime, sweep
+from .benchcli import _ints
+from .config import load_config
+from .errors import BackendUnavailable, ConfigError, LayerlabError
+
+
+def _archs(text: str) -> list[str]:
+    archs = [a.strip() for a in text.split(",") if a.strip()]
+    bad = [a for a in archs if a not in runtime.ARCHS]
+    if bad or not archs:
+        raise ConfigError(f"--archs: unknown arch {bad[0] if bad else '(none)'!r}; choose from {', '.join(runtime.ARCHS)}")
+    status = {s.name: s for s in runtime.available_archs()}
+    for a in archs:
+        if not status[a].available:
+            raise BackendUnavailable(f"{a} is unavailable: {status[a].reason}")
+    return archs
+
+
+def run_sweep_cli(args) -> int:
+    try:
+        cfg = load_config(args.config)
+        archs = _archs(args.archs)
+        batches = _ints(args.batch, "batch")
+        filters = _ints(args.filters, "filters") if args.filters else [None]
+        threads = _ints(args.threads, "threads") if args.threads else [runtime.cpu_count()]
+        for name in ("steps", "repeats", "warmup"):
+            if getattr(args, name) < 1:
+                raise ConfigError(f"--{name} {getattr(args, name)} must be >= 1")
+        model = cfg.model
+        if "input" not in model:
+            raise ConfigError(f"{cfg.source}: sweeps need model.input")
+        points = sweep.run_sweep(model, archs, batches, filters, threads, args.steps, args.repeats, args.warmup,
+                                 progress=sweep._progress)
+        amdahl = None
+        serial = next((p for p in points if p.arch == "cpu-serial"), None)
+        if serial is not None:
+            runtime.init("cpu-serial")
+            launch_ms = analysis.measure_launch_ms()
+            measured = {f"{p.arch} x{p.threads}" if p.arch != "cuda" else "cuda": p.speedup for p in points
+                        if p.arch != "cpu-serial" and p.batch == serial.batch and p.filters == serial.filters}
+            amdahl = analysis.amdahl_view(serial, launch_ms, max(threads), measured)
+    except LayerlabError as exc:
+        print(f"layerlab: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    sweep.report(points, amdahl)
+    out = Path(args.out)
+    extra = {"config": str(cfg.source), "args": {k: v for k, v in vars(args).items() if k != "command"},
+             "amdahl": None if amdahl is None else amdahl.__dict__}
+    sweep.write_results(points, out, extra)
+    print(f"\nwrote {out / 'sweep.csv'} and {out / 'sweep.json'}")
+    return 0
+
+
+def run_lockstep(args) -> int:
+    try:
+        cfg = load_config(args.config)
+        archs = _archs(args.archs)
+        if len(archs) != 2:
+            raise ConfigError(f"--archs {args.archs!r}: give exactly two archs")
+        if args.steps < 1 or args.batch_size < 1:
+            raise ConfigError("--steps and --batch-size must be >= 1")
+        if "input" not in cfg.model:
+            raise ConfigError(f"{cfg.source}: lockstep needs model.input")
+        rows = analysis.lockstep(cfg.model, archs[0], archs[1], args.steps, args.batch_size, tol=args.tol)
+    except LayerlabError as exc:
+        print(f"layerlab: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(f"{'step':>4} {'loss ' + archs[0]:>20} {'loss ' + archs[1]:>20} {'loss diff':>10} {'weight diff':>12}")
+    for r in rows:
+        flag = "" if r.ok else f"  beyond {args.tol:g}"
+        print(f"{r.step:>4} {r.loss_a:>20.8f} {r.loss_b:>20.8f} {r.loss_diff:>10.2e} {r.weight_diff:>12.2e}{flag}")
+    worst = max(r.weight_diff for r in rows)
+    bad = sum(not r.ok for r in rows)
+    print(f"largest relative weight difference {worst:.2e}; {bad} of {len(rows)} steps beyond {args.tol:g}")
+    return 0 if bad == 0 else 1

@@ -1,0 +1,82 @@
+"""Sweep figures against the raw timings they come from; Amdahl and Karp-Flatt against known answers;
+lockstep agreement between cpu-serial and cpu-parallel."""
+import math
+
+import pytest
+
+from nncore import analysis
+from nncore.analysis import SweepPoint
+from nncore.config import load_config
+
+
+def test_amdahl_and_karp_flatt_known_answers():
+    assert analysis.amdahl_bound(0.9, 2) == pytest.approx(1 / (0.1 + 0.45))
+    assert analysis.amdahl_bound(0.5, math.inf) == pytest.approx(2.0)
+    assert analysis.amdahl_bound(1.0, 8) == pytest.approx(8.0)
+    assert analysis.amdahl_bound(0.0, 8) == pytest.approx(1.0)
+    # A program whose serial fraction is exactly 0.1 runs 1 / (0.1 + 0.9 / 4) faster on 4 threads;
+    # Karp-Flatt recovers the 0.1 from that speedup.
+    s = 1 / (0.1 + 0.9 / 4)
+    assert analysis.karp_flatt(s, 4) == pytest.approx(0.1)
+    assert analysis.karp_flatt(2.0, 2) == pytest.approx(0.0)
+    assert analysis.karp_flatt(1.5, 1) is None
+    with pytest.raises(ValueError):
+        analysis.amdahl_bound(1.5, 2)
+
+
+def _point(arch, threads, batch, sps, filters=None, layers=(), launches=0):
+    return SweepPoint(arch, threads, batch, filters, sps, 1e3 * batch / sps, 1.0, list(layers), launches)
+
+
+def test_derived_sweep_figures_come_from_the_raw_timings():
+    pts = analysis.derive([
+        _point("cpu-serial", 1, 64, 1000.0), _point("cpu-parallel", 2, 64, 1800.0),
+        _point("cpu-serial", 1, 256, 2000.0), _point("cpu-parallel", 2, 256, 2500.0),
+        _point("cuda", 0, 256, 50000.0), _point("cpu-parallel", 2, 1000, 3000.0),  # no serial point at 1000
+    ])
+    by = {(p.arch, p.batch): p for p in pts}
+    assert by["cpu-serial", 64].epoch_s == pytest.approx(60.0)
+    assert by["cpu-parallel", 64].speedup == pytest.approx(1.8)
+    assert by["cpu-parallel", 64].efficiency == pytest.approx(0.9)
+    assert by["cpu-parallel", 64].karp_flatt == pytest.approx((1 / 1.8 - 0.5) / 0.5)
+    assert by["cpu-parallel", 256].speedup == pytest.approx(1.25)
+    assert by["cuda", 256].speedup == pytest.approx(25.0) and by["cuda", 256].efficiency is None
+    assert by["cpu-parallel", 1000].speedup is None and by["cpu-parallel", 1000].efficiency is None
+    assert by["cpu-serial", 256].speedup == pytest.approx(1.0)
+
+
+def test_filters_are_compared_with_the_same_filter_count():
+    pts = analysis.derive([_point("cpu-serial", 1, 1000, 100.0, 32), _point("cpu-serial", 1, 1000, 50.0, 64),
+                           _point("cpu-parallel", 2, 1000, 150.0, 32), _point("cpu-parallel", 2, 1000, 90.0, 64)])
+    assert [p.speedup for p in pts] == pytest.approx([1.0, 1.0, 1.5, 1.8])
+
+
+def test_amdahl_view_from_a_scripted_profile():
+    # Step 10 ms; synced parts add up to 9 ms; 20 launches at 0.05 ms each: host = 1 + 1 = 2 ms, p = 0.8.
+    layers = [{"name": "layer 0 (Linear)", "fwd_ms": 3.0, "bwd_ms": 3.0}, {"name": "optimizer", "fwd_ms": 3.0,
+                                                                           "bwd_ms": 0.0}]
+    serial = SweepPoint("cpu-serial", 1, 100, None, 10000.0, 10.0, 1.0, layers, 20)
+    view = analysis.amdahl_view(serial, launch_ms=0.05, threads=2, measured={"cpu-parallel x2": 1.5})
+    assert view.p == pytest.approx(0.8) and view.host_ms == pytest.approx(2.0)
+    assert view.bound_threads == pytest.approx(1 / (0.2 + 0.4))
+    assert view.bound_gpu == pytest.approx(5.0)
+    assert [s for _, s in view.layer_shares] == pytest.approx([0.6, 0.3])
+
+
+@pytest.mark.parametrize("config", ["net-1h", "cnn"])
+def test_lockstep_serial_and_parallel_agree(config):
+    rows = analysis.lockstep(load_config(config).model, "cpu-serial", "cpu-parallel", steps=20, batch=32)
+    assert len(rows) == 20
+    assert max(r.weight_diff for r in rows) <= 1e-5
+    assert max(r.loss_diff for r in rows) <= 1e-5
+    assert all(r.ok for r in rows)
+    assert rows[-1].loss_a != rows[0].loss_a  # the weights moved, so the comparison means something
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("config", ["net-1h", "cnn"])
+def test_lockstep_serial_and_cuda(config):
+    rows = analysis.lockstep(load_config(config).model, "cpu-serial", "cuda", steps=20, batch=32)
+    print(f"{config}: largest relative weight difference cpu-serial vs cuda over 20 steps: "
+          f"{max(r.weight_diff for r in rows):.2e}, loss {max(r.loss_diff for r in rows):.2e}")
+    assert max(r.weight_diff for r in rows) <= 1e-4
