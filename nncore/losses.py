@@ -9,10 +9,10 @@ from __future__ import annotations
 from .errors import ConfigError
 from .kernels import loss as K
 
-LOSSES = {
-    "cross_entropy": K.softmax_xent_forward_backward,
-    "bce": K.bce_logits_forward_backward,
-    "mse": K.mse_forward_backward,
+LOSSES = {  # loss name -> its kernel in kernels/loss.py
+    "cross_entropy": "softmax_xent_forward_backward",
+    "bce": "bce_logits_forward_backward",
+    "mse": "mse_forward_backward",
 }
 ALIASES = {
     "ce": "cross_entropy", "softmax_cross_entropy": "cross_entropy", "crossentropy": "cross_entropy",
@@ -38,7 +38,6 @@ class Loss:
             raise ConfigError(f"loss cross_entropy needs at least 2 outputs (one per class), "
                               f"but the last layer gives {self.outputs}; use bce for one output")
         self.n_classes = 2 if self.outputs == 1 else self.outputs
-        self._kernel = LOSSES[key]
 
     def check_classes(self, n_classes: int, where: str = "dataset") -> None:
         """Raise ConfigError unless labels in [0, n_classes) fit this loss and output size."""
@@ -47,7 +46,7 @@ class Loss:
                               f"{self.n_classes} classes, but the {where} has {n_classes}")
 
     def forward_backward(self, losses, dlogits, logits, labels) -> None:
-        self._kernel(losses, dlogits, logits, labels)
+        getattr(K, LOSSES[self.name])(losses, dlogits, logits, labels)
 
     def __repr__(self) -> str:
         return f"Loss({self.name!r}, outputs={self.outputs})"

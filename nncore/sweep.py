@@ -24,17 +24,27 @@ def count_launches(net, ws, opt) -> int:
     from . import kernels
     from .runtime import ti
 
+    from . import layers
+
     count = [1]  # the batch gather, not part of the step below
     patched = []
+
+    def wrap(owner, name, fn):
+        def wrapped(*a, _fn=fn, **k):
+            count[0] += 1
+            return _fn(*a, **k)
+        patched.append((owner, name, fn))
+        setattr(owner, name, wrapped)
+
+    # Kernels are reached through their modules, and the activations through class attributes.
     for info in pkgutil.iter_modules(kernels.__path__):
         mod = importlib.import_module(f"{kernels.__name__}.{info.name}")
         for name, fn in list(vars(mod).items()):
-            if callable(fn) and type(fn).__name__ == "function" and hasattr(fn, "_primal"):
-                def wrapped(*a, _fn=fn, **k):
-                    count[0] += 1
-                    return _fn(*a, **k)
-                patched.append((mod, name, fn))
-                setattr(mod, name, wrapped)
+            if callable(fn) and hasattr(fn, "_primal"):
+                wrap(mod, name, fn)
+    for cls in layers._Activation.__subclasses__():
+        for name in ("_forward", "_backward"):
+            wrap(cls, name, vars(cls)[name])
     nd_cls = type(ws.x)
     orig_fill = nd_cls.fill
     vec_cls = type(ti.Vector.ndarray(16, ti.f32, shape=(1,)))
