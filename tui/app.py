@@ -16,7 +16,8 @@ from textual.widgets import Button, Footer, Header, TabbedContent, TabPane
 from nncore.config import RunConfig, load_config, preset_configs
 from nncore.errors import ConfigError
 from nncore.runtime import available_archs
-from tui.child import RunHandle
+from tui.child import RunHandle, sweep_main
+from tui.panes.analysis import AnalysisPane
 from tui.panes.model import EMPTY, ModelPane
 from tui.panes.runs import RunsPane
 from tui.panes.settings import SettingsPane
@@ -26,7 +27,7 @@ from tui.screens.path import PathScreen
 from tui.state import Draft, RunRecord, export_runs, spec_key, update_speedups
 
 DEFAULT_CONFIG = "quadrant"
-TABS = ("model", "settings", "train", "runs")
+TABS = ("model", "settings", "train", "runs", "analysis")
 
 
 class LayerlabApp(App):
@@ -43,6 +44,7 @@ class LayerlabApp(App):
         Binding("question_mark", "help", "Help", id="help"),
         Binding("ctrl+s", "save_config", "Save", id="save_config", show=False),
         Binding("ctrl+o", "open_config", "Open", id="open_config", show=False),
+        Binding("w", "sweep", "Sweep", id="sweep", show=False),
         Binding("q", "quit", "Quit", id="quit"),
         *[Binding(str(i + 1), f"show_tab('{t}')", t.capitalize(), id=f"tab_{t}", show=False)
           for i, t in enumerate(TABS)],
@@ -56,6 +58,7 @@ class LayerlabApp(App):
         self.runs: list[RunRecord] = []
         self.handle: RunHandle | None = None
         self.retiring: list[tuple[RunHandle, float]] = []  # ended runs whose process may still be exiting
+        self.sweeper: RunHandle | None = None  # a sweep's process (one child at a time: they share the CPU)
         self.current: RunRecord | None = None
         self.paused = False
         self.model_ok = self.settings_ok = False
@@ -74,6 +77,8 @@ class LayerlabApp(App):
                 yield TrainPane(id="train-pane")
             with TabPane("Runs [4]", id="runs"):
                 yield RunsPane(id="runs-pane")
+            with TabPane("Analysis [5]", id="analysis"):
+                yield AnalysisPane(id="analysis-pane")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -138,6 +143,9 @@ class LayerlabApp(App):
     def action_start(self) -> None:
         if self.handle is not None:
             return
+        if self.sweeper is not None:
+            self.notify("a sweep is running; start training when it is done", severity="warning")
+            return
         if not (self.model_ok and self.settings_ok):
             self.notify("fix the network or the settings first", severity="warning")
             return
@@ -179,6 +187,7 @@ class LayerlabApp(App):
 
     def _poll(self) -> None:
         self._reap()
+        self._poll_sweep()
         if self.handle is None:
             return
         for msg in self.handle.poll():
@@ -221,6 +230,46 @@ class LayerlabApp(App):
         self.notify(text, severity="error" if error or status == "died" else "information", timeout=8)
         self._show_runs()
         self._update_controls(text)
+
+    # -- sweeps -------------------------------------------------------------------------------------------------
+    def action_sweep(self) -> None:
+        if self.handle is not None or self.sweeper is not None:
+            self.notify("wait for the current run or sweep to end", severity="warning")
+            return
+        if not self.model_ok:
+            self.notify("fix the network first: the sweep runs the network in the editor", severity="warning")
+            return
+        pane = self.query_one(AnalysisPane)
+        try:
+            job = pane.job()
+        except ConfigError as err:
+            self.notify(str(err), severity="error")
+            return
+        unavailable = [a for a in job["archs"] if not self.archs[a].available]
+        if unavailable:
+            self.notify(f"{unavailable[0]} is unavailable: {self.archs[unavailable[0]].reason}", severity="error")
+            return
+        self.sweeper = RunHandle({**job, "model": self.draft.spec()}, target=sweep_main)
+        self.query_one(TabbedContent).active = "analysis"
+        pane.progress(0, 1, "starting…")
+
+    def _poll_sweep(self) -> None:
+        if self.sweeper is None:
+            return
+        pane = self.query_one(AnalysisPane)
+        for msg in self.sweeper.poll():
+            if msg["event"] == "sweep_progress":
+                pane.progress(msg["i"], msg["n"], msg["what"])
+            elif msg["event"] == "sweep_done":
+                pane.show(msg["points"], msg["amdahl"])
+                self.notify(f"sweep done: {len(msg['points'])} points")
+            elif msg["event"] == "sweep_failed":
+                self.notify(f"sweep failed: {msg['error']}", severity="error", timeout=8)
+        if self.sweeper.finished or self.sweeper.died:
+            if self.sweeper.died:
+                self.notify(f"the sweep process died (exit code {self.sweeper.exitcode()})", severity="error")
+            self.retiring.append((self.sweeper, time.monotonic() + 5.0))
+            self.sweeper = None
 
     def _reap(self) -> None:
         """Join finished processes without waiting; kill one that outlives its grace period."""
@@ -284,7 +333,7 @@ class LayerlabApp(App):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         {"start": self.action_start, "pause": self.action_pause, "step": self.action_step,
-         "stop": self.action_stop}[event.button.id]()
+         "stop": self.action_stop, "sweep-run": self.action_sweep}[event.button.id]()
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
@@ -297,12 +346,17 @@ class LayerlabApp(App):
         yield SystemCommand("Start training", "Train the network in the editor", self.action_start)
         yield SystemCommand("Stop training", "Stop after the current step", self.action_stop)
         yield SystemCommand("Export runs", "Write the Runs table as CSV and JSON", self.action_export)
+        yield SystemCommand("Run a sweep", "Scaling sweep of the network in the editor (Analysis view)",
+                            self.action_sweep)
         for name, status in self.archs.items():
             if status.available:
                 yield SystemCommand(f"Backend: {name}", f"Train on {name}",
                                     lambda n=name: self.query_one(SettingsPane).set_arch(n))
 
     async def action_quit(self) -> None:
+        if self.sweeper is not None:
+            self.retiring.append((self.sweeper, 0.0))
+            self.sweeper = None
         if self.handle is not None:
             if self.current is not None:
                 self.current.status = "stopped"

@@ -104,13 +104,40 @@ def child_main(cfg: dict, conn: Connection, boundary: bool) -> None:
         conn.close()
 
 
-class RunHandle:
-    """The parent's side of one training process."""
+def sweep_main(job: dict, conn: Connection) -> None:
+    """Entry point of a sweep process: progress messages, then the points and the Amdahl view."""
+    _silence_stdio()
+    try:
+        from nncore import analysis, runtime, sweep
 
-    def __init__(self, cfg: dict, boundary: bool = True):
+        def progress(i, n, what):
+            conn.send(json.dumps({"event": "sweep_progress", "i": i, "n": n, "what": what}))
+
+        points = sweep.run_sweep(job["model"], job["archs"], job["batches"], job["filters"], job["threads"],
+                                 job["steps"], job["repeats"], job["warmup"], progress=progress)
+        serial = next((p for p in points if p.arch == "cpu-serial"), None)
+        amdahl = None
+        if serial is not None:
+            runtime.init("cpu-serial")
+            measured = {p.arch: p.speedup for p in points if p.arch != "cpu-serial"
+                        and p.batch == serial.batch and p.filters == serial.filters}
+            amdahl = analysis.amdahl_view(serial, analysis.measure_launch_ms(), max(job["threads"]), measured).__dict__
+        conn.send(json.dumps({"event": "sweep_done", "points": [p.to_dict() for p in points], "amdahl": amdahl}))
+    except Exception as exc:  # a LayerlabError or anything else: one line back to the app
+        conn.send(json.dumps({"event": "sweep_failed", "error": f"{exc}".splitlines()[0] if str(exc) else
+                              type(exc).__name__}))
+    finally:
+        conn.close()
+
+
+class RunHandle:
+    """The parent's side of one training (or sweep) process."""
+
+    def __init__(self, cfg: dict, boundary: bool = True, target=None):
         ctx = mp.get_context("spawn")
         self.conn, child_conn = ctx.Pipe()
-        self.proc = ctx.Process(target=child_main, args=(cfg, child_conn, boundary), daemon=True)
+        args = (cfg, child_conn) if target is not None else (cfg, child_conn, boundary)
+        self.proc = ctx.Process(target=target or child_main, args=args, daemon=True)
         # multiprocessing hands sys.stderr's descriptor to its helper; under the app that may be a stand-in.
         saved = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__
@@ -133,7 +160,7 @@ class RunHandle:
             except (EOFError, OSError):
                 self.closed = True
                 break
-            if msg.get("event") in ("run_finished", "run_failed"):
+            if msg.get("event") in ("run_finished", "run_failed", "sweep_done", "sweep_failed"):
                 self.finished = True
             out.append(msg)
         return out

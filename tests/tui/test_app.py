@@ -219,3 +219,39 @@ async def test_rerun_on_the_next_backend(fixed_env, monkeypatch):
         await pilot.press("r")
         assert started[-1]["train"]["arch"] == "cpu-parallel"
         assert started[-1]["model"] == app.runs[0].config["model"] and len(app.runs) == 2
+
+
+async def test_a_real_sweep_in_the_analysis_view(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("5")
+        app.query_one("#sweep-batch", Input).value = "32"
+        app.query_one("#sweep-steps", Input).value = "2"
+        await pilot.pause()
+        await pilot.press("w")
+        assert app.sweeper is not None
+        await wait_for(pilot, lambda: app.sweeper is None, 180)
+        pane = app.query_one("#analysis-pane")
+        table = app.query_one("#sweep-table", DataTable)
+        assert table.row_count == 2
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(2)]
+        assert [r[0] for r in rows] == ["cpu-serial", "cpu-parallel"] and rows[0][7] == "1.00"
+        assert [p["arch"] for p in pane.points] == ["cpu-serial", "cpu-parallel"]
+        assert "Amdahl: kernels" in str(app.query_one("#sweep-amdahl").render())
+        await pilot.pause()
+        assert app.query_one("#sweep-throughput").size.height >= 3  # title, header and one bar per point
+        assert app.query_one("#sweep-layers").size.height >= 3
+
+
+async def test_sweep_arguments_are_checked(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("5")
+        app.query_one("#sweep-archs", Input).value = "cpu-serial,tpu"
+        await pilot.pause()
+        await pilot.press("w")
+        assert app.sweeper is None
+        app.query_one("#sweep-archs", Input).value = "cuda"  # unavailable in the fixed environment
+        await pilot.pause()
+        await pilot.press("w")
+        assert app.sweeper is None

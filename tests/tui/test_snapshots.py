@@ -63,3 +63,22 @@ def test_runs_view(fixed_env, snap_compare):
 
 def test_help_screen(fixed_env, snap_compare):
     assert snap_compare(LayerlabApp("quadrant"), press=["question_mark"], terminal_size=(100, 30))
+
+
+def test_analysis_view(fixed_env, snap_compare):
+    from nncore import analysis
+
+    async def feed(pilot):
+        layers = [{"name": "layer 0 (Linear)", "fwd_ms": 20.0, "bwd_ms": 30.0, "share": 0.8, "gflops": 1.0},
+                  {"name": "optimizer", "fwd_ms": 10.0, "bwd_ms": 0.0, "share": 0.2, "gflops": 0.0}]
+        pts = analysis.derive([analysis.SweepPoint(a, t, b, None, s, 1e3 * b / s, 1.0, layers, 9)
+                               for a, t, b, s in [("cpu-serial", 1, 64, 1000.0), ("cpu-parallel", 2, 64, 1700.0),
+                                                  ("cpu-serial", 1, 256, 2000.0), ("cpu-parallel", 2, 256, 3800.0)]])
+        view = analysis.amdahl_view(pts[0], 0.01, 2, {"cpu-parallel": 1.7})
+        pane = pilot.app.query_one("#analysis-pane")
+        pane.progress(4, 4, "done")  # an indeterminate progress bar would animate
+        pane.show([p.to_dict() for p in pts], view.__dict__)
+        await pilot.press("5")
+        await pilot.pause()
+
+    assert snap_compare(LayerlabApp("quadrant"), terminal_size=(100, 30), run_before=feed)

@@ -12,7 +12,7 @@ KEYS = """\
 
 | key | does |
 |---|---|
-| `1` `2` `3` `4` | Model, Data & training, Train, Runs |
+| `1` … `5` | Model, Data & training, Train, Runs, Analysis |
 | `s` | start training the network in the editor |
 | `p` | pause / resume |
 | `n` | one step, while paused |
@@ -20,6 +20,7 @@ KEYS = """\
 | `b` | switch to the next available backend |
 | `r` | rerun the selected run (Runs view) on the next backend |
 | `e` | export the Runs table as CSV and JSON |
+| `w` | run a scaling sweep of the network in the editor (Analysis view) |
 | `a` / `d` | add a layer after the selected one / remove it (Model view) |
 | `shift+up` / `shift+down` | move the selected layer |
 | `ctrl+s` / `ctrl+o` | save the network and settings as a config / open one |

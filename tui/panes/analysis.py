@@ -1,0 +1,121 @@
+"""The Analysis view: run a scaling sweep of the network in the editor and see samples/s against batch size
+per arch, per-layer time per arch, and the Amdahl view (see nncore.analysis for the definitions)."""
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
+
+from nncore.errors import ConfigError
+from nncore.runtime import ARCHS, cpu_count
+
+COLORS = {"cpu-serial": "cyan", "cpu-parallel": "green", "cuda": "magenta"}
+
+
+def _ints(text: str, name: str) -> list[int]:
+    try:
+        vals = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise ConfigError(f"{name} {text!r} must be comma-separated integers") from None
+    if not vals or min(vals) < 1:
+        raise ConfigError(f"{name} {text!r} must be positive integers")
+    return vals
+
+
+def throughput_chart(points: list[dict], width: int = 36) -> Table:
+    """samples/s against batch size, one bar per arch (and filter count)."""
+    table = Table(box=None, padding=(0, 1), show_edge=False, title="samples/s against batch size")
+    for col in ("batch", "arch", "", "samples/s"):
+        table.add_column(col, no_wrap=True, justify="right" if col in ("batch", "samples/s") else "left")
+    top = max((p["samples_per_s"] for p in points), default=1.0)
+    for p in sorted(points, key=lambda q: (q["batch"], q["filters"] or 0, q["arch"])):
+        n = max(1, int(width * p["samples_per_s"] / top))
+        label = p["arch"] + (f" f{p['filters']}" if p["filters"] else "")
+        table.add_row(str(p["batch"]), label, Text("█" * n, style=COLORS.get(p["arch"], "white")),
+                      f"{p['samples_per_s']:,.0f}")
+    return table
+
+
+def layer_chart(points: list[dict], width: int = 36) -> Table:
+    """Per-part ms per step for each arch, at the largest batch swept."""
+    table = Table(box=None, padding=(0, 1), show_edge=False)
+    if not points:
+        return table
+    batch = max(p["batch"] for p in points)
+    sel = [p for p in points if p["batch"] == batch]
+    table.title = f"ms per step by part, batch {batch}"
+    for col in ("part", "arch", "", "ms"):
+        table.add_column(col, no_wrap=True, justify="right" if col == "ms" else "left")
+    top = max((l["fwd_ms"] + l["bwd_ms"] for p in sel for l in p["layers"]), default=1.0) or 1.0
+    for name in dict.fromkeys(l["name"] for p in sel for l in p["layers"]):
+        for p in sel:
+            ms = sum(l["fwd_ms"] + l["bwd_ms"] for l in p["layers"] if l["name"] == name)
+            table.add_row(name, p["arch"], Text("█" * max(0, int(width * ms / top)), style=COLORS.get(p["arch"], "white")),
+                          f"{ms:.3f}")
+    return table
+
+
+def amdahl_text(a: dict | None) -> str:
+    if not a:
+        return "Amdahl: sweep cpu-serial to get the serial profile it is computed from."
+    measured = ", ".join(f"{k} {v:.2f}x" for k, v in a["measured"].items() if v is not None)
+    return (f"Amdahl: kernels {a['kernel_ms']:.2f} ms, host and launches {a['host_ms']:.2f} ms per cpu-serial "
+            f"step, p = {a['p']:.3f}; bound {a['bound_threads']:.2f}x for {a['threads']} threads, "
+            f"{a['bound_gpu']:.1f}x for a GPU; measured {measured or '—'}")
+
+
+class AnalysisPane(Vertical):
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="sweep-form"):
+            yield Label("archs", classes="field-label")
+            yield Input("cpu-serial,cpu-parallel", id="sweep-archs")
+            yield Label("batch", classes="field-label")
+            yield Input("64,256", id="sweep-batch", classes="short")
+            yield Label("filters", classes="field-label")
+            yield Input("", id="sweep-filters", classes="short", placeholder="as set")
+            yield Label("steps", classes="field-label")
+            yield Input("5", id="sweep-steps", classes="short")
+        with Horizontal(id="sweep-progress-row"):
+            yield Button("Sweep [w]", id="sweep-run", variant="primary")
+            yield ProgressBar(id="sweep-progress", show_eta=False)
+            yield Static("", id="sweep-status")
+        with VerticalScroll(id="sweep-results"):
+            yield DataTable(id="sweep-table", zebra_stripes=True)
+            yield Static(id="sweep-throughput")
+            yield Static(id="sweep-layers")
+            yield Static(amdahl_text(None), id="sweep-amdahl")
+
+    def on_mount(self) -> None:
+        self.query_one("#sweep-table", DataTable).add_columns(
+            "arch", "thr", "batch", "filters", "samples/s", "s/epoch", "GFLOP/s", "speedup", "effic.", "K-F e")
+
+    def job(self) -> dict:
+        """The sweep asked for; raises ConfigError naming the field."""
+        archs = [a.strip() for a in self.query_one("#sweep-archs", Input).value.split(",") if a.strip()]
+        bad = [a for a in archs if a not in ARCHS]
+        if bad or not archs:
+            raise ConfigError(f"archs: {bad[0] if bad else '(none)'!r} is not one of {', '.join(ARCHS)}")
+        filters_text = self.query_one("#sweep-filters", Input).value.strip()
+        return {"archs": archs, "batches": _ints(self.query_one("#sweep-batch", Input).value, "batch"),
+                "filters": _ints(filters_text, "filters") if filters_text else [None],
+                "threads": [cpu_count()], "steps": _ints(self.query_one("#sweep-steps", Input).value, "steps")[0],
+                "repeats": 3, "warmup": 2}
+
+    def progress(self, i: int, n: int, what: str) -> None:
+        self.query_one("#sweep-progress", ProgressBar).update(total=n, progress=i)
+        self.query_one("#sweep-status", Static).update(f"{i}/{n} {what}")
+
+    def show(self, points: list[dict], amdahl: dict | None) -> None:
+        self.points = points
+        table = self.query_one("#sweep-table", DataTable)
+        table.clear()
+        fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
+        for p in points:
+            table.add_row(p["arch"], str(p["threads"]), str(p["batch"]), fmt(p["filters"], ""),
+                          f"{p['samples_per_s']:,.0f}", f"{p['epoch_s']:.2f}", f"{p['gflops']:.1f}",
+                          fmt(p["speedup"], ".2f"), fmt(p["efficiency"], ".2f"), fmt(p["karp_flatt"], ".3f"))
+        self.query_one("#sweep-throughput", Static).update(throughput_chart(points))
+        self.query_one("#sweep-layers", Static).update(layer_chart(points))
+        self.query_one("#sweep-amdahl", Static).update(amdahl_text(amdahl))
