@@ -73,6 +73,24 @@ def test_linear_cpu_gemm(rng, cpu, b, n_in, n_out):
     assert rel_err(dinp.to_numpy(), dx) < BWD_TOL
 
 
+@pytest.mark.parametrize("kind,act", [(1, R.relu), (2, R.sigmoid), (3, np.tanh)])
+def test_linear_act_fused(arch, rng, kind, act):
+    """Linear + activation in one kernel each way (the CUDA fusion), against the float64 composition."""
+    b, n_in, n_out = 7, 29, 13
+    x, w, bias = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in))), f32(rng.normal(size=n_out))
+    g = f32(rng.normal(size=(b, n_out)))  # L = sum(act(linear(x)) * g)
+    params = np.concatenate([w.ravel(), bias])
+    out = zeros(b, n_out)
+    KL.linear_act_forward(out, nd(x), nd(params), 0, w.size, kind)
+    assert rel_err(out.to_numpy(), act(R.linear(x, w, bias))) < FWD_TOL
+    dinp, dparams = zeros(b, n_in), zeros(params.size)
+    KL.linear_act_backward(dinp, dparams, nd(g), nd(x), out, nd(params), 0, w.size, 1, kind)
+    loss = lambda xv, p: np.sum(act(R.linear(xv, p[:w.size].reshape(w.shape), p[w.size:])) * g)  # noqa: E731
+    assert np.abs(R.linear(x, w, bias)).min() > 1e-4  # no pre-activation on ReLU's kink
+    assert rel_err(dinp.to_numpy(), R.central_diff(lambda v: loss(v, params), x)) < FD_TOL
+    assert rel_err(dparams.to_numpy(), R.central_diff(lambda p: loss(x, p), params)) < FD_TOL
+
+
 def test_linear_skips_input_gradient_when_told(arch, rng):
     x, w = rng.normal(size=(4, 6)), rng.normal(size=(3, 6))
     params = np.concatenate([w.ravel(), np.zeros(3)])
