@@ -1,4 +1,4 @@
-"""The command line: `layerlab train` and `layerlab archs` headless; `layerlab` or `layerlab tui` opens the app.
+"""The headless command line: train, archs, bench, sweep, lockstep. `layerlab` alone opens the app (tui.launch).
 
 Exit codes: 0 done (or stopped by a stop file); 2 bad config, argument or data; 3 diverged; 4 the backend
 asked for is unavailable; 130 interrupted (Ctrl-C ends the current step, writes what was asked for, exits).
@@ -14,7 +14,6 @@ from pathlib import Path
 from .errors import ConfigError, LayerlabError
 
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_DIVERGED, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
-DEFAULT_CONFIG = "quadrant"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -149,27 +148,15 @@ def _train(args) -> int:
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
 
-def _tui(args) -> int:
-    # The only place the engine's CLI reaches into the app, and only when asked for it.
-    from nncore.config import load_config
-
-    if args.config:
-        try:
-            load_config(args.config)
-        except LayerlabError as exc:
-            print(f"layerlab: error: {exc}", file=sys.stderr)
-            return exc.exit_code
-    from tui.app import run_app
-
-    return run_app(args.config or DEFAULT_CONFIG)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = _parser().parse_args(argv or ["tui"])
+    args = _parser().parse_args(argv)
     try:
         if args.command == "tui":
-            return _tui(args)
+            # The engine never imports the app: `layerlab` (tui.launch) opens it.
+            print("layerlab: error: the app is opened by the `layerlab` command, not by nncore.cli",
+                  file=sys.stderr)
+            return EXIT_CONFIG
         if args.command == "bench":
             from nncore.benchcli import run_bench
 

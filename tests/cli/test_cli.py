@@ -146,16 +146,18 @@ def test_sigint_stops_cleanly_with_weights_saved(tmp_path):
 
 def test_no_arguments_opens_the_app_on_the_default(monkeypatch):
     import tui.app
-    from nncore import cli
+    from tui import launch
 
     opened = []
     monkeypatch.setattr(tui.app, "run_app", lambda config=None: opened.append(config) or 0)
-    assert cli.main([]) == 0 and cli.main(["tui", "cnn"]) == 0
+    assert launch.main([]) == 0 and launch.main(["tui", "cnn"]) == 0
     assert opened == ["quadrant", "cnn"]
+    assert launch.main(["archs"]) == 0  # anything else goes to the headless CLI
 
 
 def test_tui_with_a_bad_config_exits_2_before_opening(tmp_path):
-    proc = layerlab("tui", tmp_path / "nope.toml")
+    proc = subprocess.run([sys.executable, "-m", "tui.launch", "tui", str(tmp_path / "nope.toml")],
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     one_line_error(proc, "nope.toml: no such file")
 
