@@ -83,26 +83,28 @@ def _reference_loss(net, state, x, y):
     return {"cross_entropy": R.cross_entropy, "mse": R.mse, "bce": R.bce_logits}[net.loss.name](a, y)[0]
 
 
-@pytest.mark.parametrize("loss", ["cross_entropy", "mse", "bce"])
-def test_network_gradients_match_finite_differences(arch, rng, loss):
-    net = Sequential(CNN, CNN_INPUT, loss, seed=3)
-    x = rng.normal(size=(5, math.prod(CNN_INPUT)))
-    y = rng.integers(0, 4, size=5)
+def _check_against_finite_differences(net, x, y):
+    """One forward/backward on (x, y): loss and every parameter's gradient against the float64 reference."""
     state = {k: v.astype(np.float64) for k, v in net.state_dict().items()}
-    ws = net.workspace(5)
+    ws = net.workspace(len(x))
     ws.load(x, y)
     net.forward(ws)
     net.loss_grad(ws)
     net.backward(ws)
-    assert rel_err(ws.loss_value(), _reference_loss(net, state, x.astype(np.float32), y)) < 1e-5
+    x32 = x.astype(np.float32)
+    assert rel_err(ws.loss_value(), _reference_loss(net, state, x32, y)) < 1e-5
     grads = net.grads.to_numpy()
     for name, w in state.items():
-        def f(v, name=name):
-            return _reference_loss(net, {**state, name: v}, x.astype(np.float32), y)
         layer = net.layers[int(name.split(".")[0])]
         off = layer.offsets[name.split(".")[1]]
-        got = grads[off:off + w.size].reshape(w.shape)
-        assert rel_err(got, R.central_diff(f, w)) < 2e-4, name
+        fd = R.central_diff(lambda v, name=name: _reference_loss(net, {**state, name: v}, x32, y), w)
+        assert rel_err(grads[off:off + w.size].reshape(w.shape), fd) < 2e-4, name
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "mse", "bce"])
+def test_network_gradients_match_finite_differences(arch, rng, loss):
+    net = Sequential(CNN, CNN_INPUT, loss, seed=3)
+    _check_against_finite_differences(net, rng.normal(size=(5, math.prod(CNN_INPUT))), rng.integers(0, 4, size=5))
 
 
 def _one_step(arch, x, y, opt_cls, **opt_args):
@@ -225,17 +227,4 @@ def test_fused_conv_relu_pool_matches_finite_differences(cpu, rng, spec, fused):
     count that is not a multiple of 16 included); elsewhere the layers run one by one."""
     net = Sequential(spec, [2, 9, 11], "cross_entropy", seed=7)
     assert [(p.first, p.last) for p in net.parts if p.fused is not None] == fused
-    x, y = rng.normal(size=(6, 2 * 9 * 11)), rng.integers(0, 5, size=6)
-    state = {k: v.astype(np.float64) for k, v in net.state_dict().items()}
-    ws = net.workspace(6)
-    ws.load(x, y)
-    net.forward(ws)
-    net.loss_grad(ws)
-    net.backward(ws)
-    assert rel_err(ws.loss_value(), _reference_loss(net, state, x.astype(np.float32), y)) < 1e-5
-    grads = net.grads.to_numpy()
-    for name, w in state.items():
-        layer = net.layers[int(name.split(".")[0])]
-        off = layer.offsets[name.split(".")[1]]
-        fd = R.central_diff(lambda v, name=name: _reference_loss(net, {**state, name: v}, x.astype(np.float32), y), w)
-        assert rel_err(grads[off:off + w.size].reshape(w.shape), fd) < 2e-4, name
+    _check_against_finite_differences(net, rng.normal(size=(6, 2 * 9 * 11)), rng.integers(0, 5, size=6))
