@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--timing-every", type=int, metavar="K", help="time each layer on every K-th step (default 10)")
     t.add_argument("--init-weights", metavar="F.npz")
     t.add_argument("--save-weights", metavar="F.npz")
+    t.add_argument("--checkpoint", metavar="FILE", help="where checkpoints go (written atomically)")
+    t.add_argument("--checkpoint-every", metavar="N|Ne", help="a checkpoint every N steps, or every N epochs (Ne)")
+    t.add_argument("--resume", metavar="FILE", help="continue a run from its checkpoint, bit-identically")
     t.add_argument("--jsonl", metavar="FILE|-", help="write the events as JSON lines ('-': stdout, instead of text)")
     t.add_argument("--quiet", action="store_true", help="print only the final summary")
     sub.add_parser("archs", help="which backends work here, and why not")
@@ -110,8 +113,11 @@ def _train(args) -> int:
     try:
         cfg = _config(args)
         # Fail before training, not after it, when the weights could not be written.
-        if args.save_weights and not Path(args.save_weights).resolve().parent.is_dir():
-            raise ConfigError(f"--save-weights {args.save_weights}: its directory does not exist")
+        for flag, path in (("--save-weights", args.save_weights), ("--checkpoint", args.checkpoint)):
+            if path and not Path(path).resolve().parent.is_dir():
+                raise ConfigError(f"{flag} {path}: its directory does not exist")
+        trainer = Trainer(cfg, init_weights=args.init_weights, save_weights=args.save_weights,
+                          checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume)
     except LayerlabError as exc:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -136,9 +142,9 @@ def _train(args) -> int:
         if text is not None:
             text(event)
 
+    trainer.emit, trainer.should_stop = emit, (lambda: bool(interrupted))
     try:
-        end = Trainer(cfg, emit, should_stop=lambda: bool(interrupted), init_weights=args.init_weights,
-                      save_weights=args.save_weights).run()
+        end = trainer.run()
     finally:
         if jsonl is not None and jsonl is not sys.stdout:
             jsonl.close()

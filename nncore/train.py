@@ -24,6 +24,7 @@ from .errors import ConfigError, DivergedError, LayerlabError
 from .events import EpochEnd, Event, LayerTiming, RunFailed, RunFinished, RunStarted, Step
 from .kernels.data import gather_rows
 from .kernels.loss import count_correct, loss_accumulate
+from . import checkpoint as ckpt
 from .network import Sequential
 from .optim import make_optimizer
 from .runtime import ti
@@ -81,9 +82,14 @@ class _Timer:
 
 class Trainer:
     def __init__(self, cfg: RunConfig, emit: Callable[[Event], None] = lambda e: None,
-                 should_stop: Callable[[], bool] = lambda: False, init_weights=None, save_weights=None):
+                 should_stop: Callable[[], bool] = lambda: False, init_weights=None, save_weights=None,
+                 checkpoint=None, checkpoint_every=None, resume=None):
         self.cfg, self.emit, self.should_stop = cfg, emit, should_stop
         self.init_weights, self.save_weights = init_weights, save_weights
+        self.checkpoint, self.resume = checkpoint, resume
+        self.every = ckpt.parse_every(checkpoint_every) if checkpoint_every is not None else None
+        if self.every and not checkpoint:
+            raise ConfigError("--checkpoint-every needs --checkpoint FILE")
         self.epoch = self.step = 0
         self.log_next = False  # set by a controller (the app's single-step) to report the next step's loss
 
@@ -137,15 +143,18 @@ class Trainer:
             raise DivergedError(f"diverged: non-finite loss at step {bad} (epoch {self.epoch}); "
                                 f"try a smaller learning rate than {self.cfg.train['lr']}")
 
-    def _epoch(self) -> EpochEnd | None:
-        """One epoch and its evaluation; None when a stop request cut it short (no evaluation then)."""
+    def _epoch(self, offset: int = 0) -> EpochEnd | None:
+        """One epoch (from sample ``offset`` when resuming) and its evaluation; None when a stop request cut it
+        short (no evaluation then)."""
         n = len(self.ds.x_train)
         order = self.train_set[2]
-        if self.cfg.train["shuffle"]:
-            order.from_numpy(self.rng.permutation(n).astype(np.int32))
-        self.acc.fill(0.0)
+        if offset == 0:
+            if self.cfg.train["shuffle"]:
+                self.order_host = self.rng.permutation(n).astype(np.int32)
+                order.from_numpy(self.order_host)
+            self.acc.fill(0.0)
         timer, t0, done = _Timer(self.net), time.perf_counter(), 0
-        for start in range(0, n, self.batch):
+        for start in range(offset, n, self.batch):
             if self.should_stop():
                 break
             b = min(self.batch, n - start)
@@ -166,18 +175,49 @@ class Trainer:
                 self._check_diverged()
                 rate = done / max(time.perf_counter() - t0, 1e-9)
                 self.emit(Step(self.epoch, self.step, ws.loss_value(), rate))
+            if self.every and self.every[1] == "steps" and self.step % self.every[0] == 0:
+                self._save_checkpoint(start + b, done, time.perf_counter() - t0)
         runtime.sync()
         elapsed = time.perf_counter() - t0
         self._check_diverged()
         self.samples_done += done
         self.train_s += elapsed
-        if done < n:
+        if offset + done < n:
             return None
-        train_loss = float(self.acc.to_numpy()[0]) / max(done, 1)
+        train_loss = float(self.acc.to_numpy()[0]) / n
         test_loss, test_acc = self.evaluate(*self.test_set)
         val = self.evaluate(*self.val_set) if self.val_set else (None, None)
         return EpochEnd(self.epoch, self.step, train_loss, test_loss, test_acc, done / max(elapsed, 1e-9),
                         elapsed, val[0], val[1], timer.results(), timer.steps)
+
+    def _save_checkpoint(self, offset: int, done_now: int = 0, elapsed_now: float = 0.0) -> None:
+        """Write the run's state at the current step (after checking it is finite: a diverged run keeps the
+        last good checkpoint)."""
+        self._check_diverged()
+        pos = ckpt.Position(self.epoch, offset, self.step, float(self.acc.to_numpy()[0]), self.best,
+                            self.samples_done + done_now, self.train_s + elapsed_now)
+        ckpt.save(self.checkpoint, self.net, self.opt, pos, getattr(self, "order_host", None), self.rng,
+                  self.cfg.to_dict())
+
+    def _restore(self) -> int:
+        """Continue from ``self.resume``; returns the sample offset within the epoch to continue."""
+        state = ckpt.load(self.resume)
+        ckpt.check_compatible(state, self.cfg.to_dict(), self.resume)
+        self.net.load_state_dict(state["weights"], source=str(self.resume))
+        self.opt.load_state_dict(state["opt"])
+        pos = state["position"]
+        self.rng.bit_generator.state = state["rng"]
+        self.step, self.best, self.samples_done, self.train_s = pos.step, pos.best_acc, pos.samples_done, pos.train_s
+        n = len(self.ds.x_train)
+        if pos.offset >= n:  # the checkpoint closed an epoch: start the next one afresh
+            self.start_epoch = pos.epoch + 1
+            return 0
+        self.start_epoch = pos.epoch
+        if len(state["order"]) == n:
+            self.order_host = state["order"].astype(np.int32)
+            self.train_set[2].from_numpy(self.order_host)
+        self.acc.from_numpy(np.array([pos.loss_sum], np.float32))
+        return pos.offset
 
     def evaluate(self, xs, ys, order) -> tuple[float, float]:
         """Mean loss and accuracy over a resident set, in training-size batches."""
@@ -202,20 +242,25 @@ class Trainer:
         """Train to the end (or a stop request); returns the final event, also emitted."""
         t0 = time.perf_counter()
         self.samples_done, self.train_s, self.first_step_s = 0, 0.0, 0.0
-        last, best, stopped = None, 0.0, False
+        self.best, self.start_epoch = 0.0, 1
+        last, stopped = None, False
         try:
             self.emit(self._setup())
-            for self.epoch in range(1, self.cfg.train["epochs"] + 1):
-                result = self._epoch()  # polls should_stop before every step
+            offset = self._restore() if self.resume else 0
+            for self.epoch in range(self.start_epoch, self.cfg.train["epochs"] + 1):
+                result = self._epoch(offset)  # polls should_stop before every step
+                offset = 0
                 if result is None:
                     stopped = True
                     break
-                last, best = result, max(best, result.test_acc)
+                last, self.best = result, max(self.best, result.test_acc)
                 self.emit(last)
+                if self.every and self.every[1] == "epochs" and self.epoch % self.every[0] == 0:
+                    self._save_checkpoint(len(self.ds.x_train))
             if self.save_weights:
                 self.net.save_weights(self.save_weights)
             end = RunFinished(last.epoch if last else 0, self.step, last.test_loss if last else float("nan"),
-                              last.test_acc if last else 0.0, best, time.perf_counter() - t0,
+                              last.test_acc if last else 0.0, self.best, time.perf_counter() - t0,
                               self.samples_done / max(self.train_s, 1e-9), stopped,
                               str(self.save_weights) if self.save_weights else None, self.first_step_s)
         except LayerlabError as exc:

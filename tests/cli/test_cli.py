@@ -188,3 +188,41 @@ def test_lockstep_cli_agrees():
     proc = layerlab("lockstep", "quadrant", "--steps", "5", timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "0 of 5 steps beyond" in proc.stdout
+
+
+def test_sigkill_while_checkpointing_leaves_a_loadable_checkpoint(tmp_path):
+    """Kill -9 a run that checkpoints every step, at moments spread over its writes; every time, the
+    checkpoint on disk loads, and the run resumes from it to the end."""
+    from nncore import checkpoint as ckpt
+
+    path = tmp_path / "run.ckpt.npz"
+    rng = np.random.default_rng(0)
+    steps_seen = []
+    for _ in range(4):
+        args = ["train", "quadrant", "--epochs", "50", "--checkpoint", str(path), "--checkpoint-every", "1",
+                "--quiet"]
+        if path.exists():
+            args += ["--resume", str(path)]
+        proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", *args], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        written = path.stat().st_mtime_ns if path.exists() else None
+        deadline = time.time() + 60
+        while time.time() < deadline and (not path.exists() or path.stat().st_mtime_ns == written):
+            time.sleep(0.02)  # until this run has written its first checkpoint
+        time.sleep(float(rng.uniform(0.05, 0.5)))
+        proc.kill()
+        proc.wait(timeout=30)
+        state = ckpt.load(path)  # raises if the file were torn
+        steps_seen.append(state["position"].step)
+    assert steps_seen == sorted(steps_seen) and steps_seen[-1] > steps_seen[0]  # each run went on from the last
+    proc = layerlab("train", "quadrant", "--epochs", "50", "--resume", path, "--quiet", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_checkpoint_flags_are_checked():
+    proc = layerlab("train", "quadrant", "--checkpoint-every", "5")
+    assert proc.returncode == 2
+    one_line_error(proc, "--checkpoint-every needs --checkpoint FILE")
+    proc = layerlab("train", "quadrant", "--checkpoint", "/nonexistent/dir/c.npz", "--checkpoint-every", "5")
+    assert proc.returncode == 2
+    one_line_error(proc, "--checkpoint /nonexistent/dir/c.npz: its directory does not exist")

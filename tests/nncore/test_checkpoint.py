@@ -1,0 +1,88 @@
+"""Checkpoints: atomic, complete, and a resumed run ends bit-identically to an uninterrupted one."""
+import numpy as np
+import pytest
+
+from nncore import checkpoint as ckpt
+from nncore.config import load_config
+from nncore.errors import ConfigError, DataError
+from nncore.events import RunFailed, RunFinished
+from nncore.network import Sequential
+from nncore.train import Trainer
+
+
+def _cfg(optimizer="sgd", epochs=3):
+    return load_config("quadrant").override("train", arch="cpu-serial", epochs=epochs, optimizer=optimizer,
+                                            lr=0.05 if optimizer == "sgd" else 0.01).override("data", samples=400)
+
+
+def _final(cfg, tmp_path, name, **kwargs):
+    out = tmp_path / f"{name}.npz"
+    end = Trainer(cfg, save_weights=out, **kwargs).run()
+    assert isinstance(end, RunFinished), end
+    net = Sequential.from_spec(cfg.model)
+    net.load_weights(out)
+    return net.state_dict(), end
+
+
+@pytest.mark.parametrize("optimizer,every,stop_after", [("sgd", "7", 12), ("adam", "7", 12), ("sgd", "1e", 25)])
+def test_resume_is_bit_identical(tmp_path, optimizer, every, stop_after):
+    cfg = _cfg(optimizer)
+    full, _ = _final(cfg, tmp_path, "full")
+    # A run stopped part-way (a stop request after `stop_after` steps), then resumed from its checkpoint.
+    calls = []
+    path = tmp_path / "run.ckpt.npz"
+    stopped = Trainer(cfg, should_stop=lambda: len(calls.append(1) or calls) > stop_after, checkpoint=path,
+                      checkpoint_every=every).run()
+    assert isinstance(stopped, RunFinished) and stopped.stopped
+    resumed, end = _final(cfg, tmp_path, "resumed", resume=path)
+    assert end.steps == 3 * 10  # 320 training samples, batch 32: the resumed run counts every step
+    for k in full:
+        assert np.array_equal(full[k], resumed[k]), k
+
+
+def test_checkpoint_records_the_position(tmp_path):
+    path = tmp_path / "c.npz"
+    Trainer(_cfg(epochs=1), checkpoint=path, checkpoint_every="4").run()
+    state = ckpt.load(path)
+    assert state["position"].step == 8 and state["position"].offset == 8 * 32 and state["position"].epoch == 1
+    assert len(state["order"]) == 320 and sorted(state["order"]) == list(range(320))
+    assert set(state["weights"]) == {"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"}
+
+
+def test_resume_refuses_a_different_run(tmp_path):
+    path = tmp_path / "c.npz"
+    Trainer(_cfg(epochs=1), checkpoint=path, checkpoint_every="1e").run()
+    end = Trainer(_cfg(epochs=2).override("train", batch_size=16), resume=path).run()
+    assert isinstance(end, RunFailed) and end.exit_code == 2 and "train.batch_size = 32" in end.error
+    (tmp_path / "junk.npz").write_bytes(b"junk")
+    end = Trainer(_cfg(), resume=tmp_path / "junk.npz").run()
+    assert isinstance(end, RunFailed) and "junk.npz" in end.error
+
+
+def test_divergence_keeps_the_last_good_checkpoint(tmp_path):
+    path = tmp_path / "c.npz"
+    good = Trainer(_cfg(epochs=1), checkpoint=path, checkpoint_every="5").run()
+    assert isinstance(good, RunFinished)
+    before = ckpt.load(path)["weights"]
+    end = Trainer(_cfg(epochs=1).override("train", lr=1e30), checkpoint=path, checkpoint_every="5").run()
+    assert isinstance(end, RunFailed) and end.exit_code == 3
+    after = ckpt.load(path)["weights"]
+    assert all(np.array_equal(before[k], after[k]) and np.all(np.isfinite(after[k])) for k in before)
+
+
+@pytest.mark.parametrize("text,want", [("500", (500, "steps")), ("2e", (2, "epochs")), ("3epochs", (3, "epochs")),
+                                       ("10steps", (10, "steps"))])
+def test_parse_every(text, want):
+    assert ckpt.parse_every(text) == want
+
+
+@pytest.mark.parametrize("text", ["0", "x", "-3", "e", ""])
+def test_parse_every_refuses(text):
+    with pytest.raises(ConfigError, match="--checkpoint-every"):
+        ckpt.parse_every(text)
+
+
+def test_not_a_checkpoint(tmp_path):
+    np.savez(tmp_path / "w.npz", a=np.zeros(2))
+    with pytest.raises(DataError, match="not a layerlab checkpoint"):
+        ckpt.load(tmp_path / "w.npz")
