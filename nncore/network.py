@@ -20,7 +20,7 @@ from . import runtime
 from .errors import ConfigError, DataError, StaleBufferError
 from .fileio import read_npz, write_npz_atomic
 from .fusion import plan
-from .layers import LAYER_TYPES, Flatten, Layer, MaxPool2D, ReLU, init_params
+from .layers import LAYER_TYPES, Flatten, Layer, Linear, MaxPool2D, ReLU, init_params
 from .losses import Loss
 from .runtime import ti
 
@@ -193,6 +193,9 @@ class Sequential:
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"seed {seed!r} must be a non-negative integer")
         self.seed = seed
+        runtime.require()
+        # Parameters, gradients, two optimizer slots (Adam) and a host copy while initialising: 5 x P floats.
+        runtime.check_memory(5 * 4 * self.n_params, f"the network's {self.n_params:,} parameters")
         self._alloc(self.initial_state(seed))
 
     # -- construction -----------------------------------------------------------------------------------
@@ -267,8 +270,17 @@ class Sequential:
         if batch not in self._workspaces:
             if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
                 raise ConfigError(f"batch size {batch!r} must be a positive integer")
+            runtime.check_memory(self.workspace_bytes(batch), f"batch size {batch} with this network")
             self._workspaces[batch] = Workspace(self, batch)
         return self._workspaces[batch]
+
+    def workspace_bytes(self, batch: int) -> int:
+        """An upper bound of what :meth:`workspace` allocates for ``batch``: every layer's output and input
+        gradient, the fused parts' conv buffers and the CPU Linear's transposed weights (f32 or i32)."""
+        per_sample = math.prod(self.input_shape) + sum(2 * math.prod(l.out_shape) + 2 * math.prod(l.in_shape)
+                                                        for l in self.layers)
+        fixed = sum(l.in_features * (l.out_features + 16) for l in self.layers if isinstance(l, Linear))
+        return 4 * (batch * (per_sample + 8) + fixed)
 
     def forward(self, ws: Workspace):
         self._check_live()

@@ -109,6 +109,37 @@ def available_archs() -> list[ArchStatus]:
     ]
 
 
+def memory_available() -> tuple[int, str]:
+    """Bytes that new buffers may take on the current backend, and where: the GPU's total memory on cuda, the
+    host's available memory (MemAvailable) otherwise."""
+    cur = _current
+    if cur is not None and cur.arch == "cuda":
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            dev, total = ctypes.c_int(0), ctypes.c_size_t(0)
+            lib.cuDeviceGet(ctypes.byref(dev), 0)
+            if lib.cuDeviceTotalMem_v2(ctypes.byref(total), dev) == 0:
+                return int(total.value), f"the GPU ({cur.device})"
+        except (OSError, AttributeError):
+            pass
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "host memory"
+    except OSError:
+        pass
+    return 1 << 62, "memory"  # unknown: do not refuse
+
+
+def check_memory(need: int, what: str) -> None:
+    """Refuse, before allocating, buffers that would not fit (90% of what is available)."""
+    avail, where = memory_available()
+    if need > 0.9 * avail:
+        raise ConfigError(f"{what} needs about {need / 2**30:.1f} GiB of buffers, more than the "
+                          f"{0.9 * avail / 2**30:.1f} GiB {where} can give; use a smaller network or batch size")
+
+
 def _check_thread() -> None:
     if _owner_thread is not None and threading.get_ident() != _owner_thread:
         raise RuntimeError("Taichi is bound to the thread that initialised it; call nncore from that thread")

@@ -3,7 +3,8 @@
 The dataset is uploaded to the device once per run; each epoch uploads one shuffled index array, and each
 step gathers its batch on the device. The host reads the loss only every ``log_every`` steps (and at the
 end of an epoch), so steps queue back to back. A non-finite batch loss is recorded on the device with its
-step number and ends the run with :class:`DivergedError` at the next read. ``should_stop`` is polled between
+step number, and the weights are scanned on the device at each of those reads; either ends the run with
+:class:`DivergedError`. ``should_stop`` is polled between
 steps; a stop finishes the current step, saves what was asked for and ends the run as stopped.
 
 Per-layer timing: every ``timing_every``-th step (never the first, which compiles the kernels) runs with a
@@ -23,7 +24,7 @@ from .config import RunConfig
 from .errors import ConfigError, DivergedError, LayerlabError
 from .events import EpochEnd, Event, LayerTiming, RunFailed, RunFinished, RunStarted, Step
 from .kernels.data import gather_rows
-from .kernels.loss import count_correct, loss_accumulate
+from .kernels.loss import check_finite, count_correct, loss_accumulate
 from . import checkpoint as ckpt
 from .network import Sequential
 from .optim import make_optimizer
@@ -115,11 +116,15 @@ class Trainer:
             opt_args["momentum"] = tr["momentum"]
         self.opt = make_optimizer(tr["optimizer"], net.n_params, **opt_args)
         self.ds = ds
+        data_bytes = sum(a.nbytes for a in (ds.x_train, ds.x_test, ds.x_val) if a is not None)
+        runtime.check_memory(data_bytes, f"the dataset {ds.name}")
         self.train_set = _upload(ds.x_train, ds.y_train)
         self.test_set = _upload(ds.x_test, ds.y_test)
         self.val_set = _upload(ds.x_val, ds.y_val) if ds.x_val is not None else None
         self.acc, self.bad = ti.ndarray(ti.f32, shape=(1,)), ti.ndarray(ti.i32, shape=(1,))
+        self.bad_w = ti.ndarray(ti.i32, shape=(1,))
         self.bad.fill(0)
+        self.bad_w.fill(0)
         self.batch = tr["batch_size"]
         n = len(ds.x_train)
         self.steps_per_epoch = -(-n // self.batch)
@@ -141,6 +146,11 @@ class Trainer:
         bad = int(self.bad.to_numpy()[0])
         if bad:
             raise DivergedError(f"diverged: non-finite loss at step {bad} (epoch {self.epoch}); "
+                                f"try a smaller learning rate than {self.cfg.train['lr']}")
+        check_finite(self.bad_w, self.net.params, self.step)  # weights too: a finite loss can hide them
+        bad = int(self.bad_w.to_numpy()[0])
+        if bad:
+            raise DivergedError(f"diverged: non-finite weight by step {bad} (epoch {self.epoch}); "
                                 f"try a smaller learning rate than {self.cfg.train['lr']}")
 
     def _epoch(self, offset: int = 0) -> EpochEnd | None:

@@ -122,3 +122,11 @@ def loss_accumulate(acc: F1, bad_step: I1, losses: F1, weight: ti.f32, step: ti.
         acc[0] += s * weight
         if not _finite(s) and bad_step[0] == 0:
             bad_step[0] = step
+
+
+@ti.kernel
+def check_finite(bad_step: I1, values: F1, step: ti.i32):
+    # bad_step: (1,) i32 set to `step` when any of values: (P,) f32 is inf or NaN (and no earlier step was)
+    for i in values:
+        if not _finite(values[i]) and bad_step[0] == 0:
+            bad_step[0] = step  # every writer writes the same value: the race is harmless

@@ -86,3 +86,40 @@ def test_not_a_checkpoint(tmp_path):
     np.savez(tmp_path / "w.npz", a=np.zeros(2))
     with pytest.raises(DataError, match="not a layerlab checkpoint"):
         ckpt.load(tmp_path / "w.npz")
+
+
+def test_non_finite_weights_stop_the_run():
+    """A fault injected between steps (weights set to NaN) ends the run at the next check, with exit 3."""
+    cfg = _cfg(epochs=2)
+    box = {}
+
+    def inject():
+        t = box["trainer"]
+        if t.step == 5 and not box.get("done"):
+            w = t.net.params.to_numpy()
+            w[3] = np.nan
+            t.net.params.from_numpy(w)
+            box["done"] = True
+        return False
+
+    trainer = Trainer(cfg, should_stop=inject)
+    box["trainer"] = trainer
+    end = trainer.run()
+    assert isinstance(end, RunFailed) and end.exit_code == 3
+    assert "non-finite" in end.error and end.step <= 10
+
+
+def test_memory_guard_refuses_before_allocating(monkeypatch):
+    from nncore import runtime
+
+    runtime.ensure("cpu-parallel")
+    allocated = []
+    real = runtime.ti.ndarray
+    monkeypatch.setattr(runtime.ti, "ndarray", lambda *a, **k: allocated.append(a) or real(*a, **k))
+    with pytest.raises(ConfigError, match=r"parameters needs about \d+\.\d GiB of buffers, more than"):
+        Sequential([{"type": "Linear", "out_features": 10**7}], [784], "mse")  # 7.8e9 parameters
+    assert allocated == []
+    net = Sequential.from_spec(load_config("cnn").model)
+    with pytest.raises(ConfigError, match=r"batch size 2000000 with this network needs about \d+\.\d GiB"):
+        net.workspace(2_000_000)
+    assert 2_000_000 not in net._workspaces
