@@ -70,7 +70,9 @@ class RunConfig:
         """The dataset named, or the default: the embedded image subset for image models, else quadrant."""
         if self.data["path"]:
             return None
-        return self.data["dataset"] or ("fashion-subset" if len(self.model.get("input", [0])) == 3 else "quadrant")
+        inp = self.model.get("input")
+        image = isinstance(inp, (list, tuple)) and len(inp) == 3
+        return self.data["dataset"] or ("fashion-subset" if image else "quadrant")
 
     def to_dict(self) -> dict:
         return {"model": self.model, "data": self.data, "train": self.train, "source": self.source}

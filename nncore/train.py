@@ -26,7 +26,7 @@ from .events import EpochEnd, Event, LayerTiming, RunFailed, RunFinished, RunSta
 from .kernels.data import gather_rows
 from .kernels.loss import check_finite, count_correct, loss_accumulate
 from . import checkpoint as ckpt
-from .network import Sequential
+from .network import Sequential, _input_shape
 from .optim import make_optimizer
 from .runtime import ti
 
@@ -102,9 +102,9 @@ class Trainer:
         ds = dataset_for(self.cfg)
         model = dict(self.cfg.model)
         model.setdefault("input", list(ds.input_shape))
-        if tuple(model["input"]) != ds.input_shape:
-            raise ConfigError(f"model.input {list(model['input'])} does not match dataset {ds.name}'s "
-                              f"{list(ds.input_shape)}")
+        shape = _input_shape(model["input"])
+        if shape != ds.input_shape:
+            raise ConfigError(f"model.input {list(shape)} does not match dataset {ds.name}'s {list(ds.input_shape)}")
         self.net = net = Sequential.from_spec(model, seed=tr["seed"])
         if net.loss is None:
             raise ConfigError("model.loss is missing (cross_entropy, bce or mse)")
