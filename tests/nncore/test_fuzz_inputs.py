@@ -2,6 +2,7 @@
 one-line error of the documented kind and exit code — never another exception."""
 import gzip
 import io
+import os
 import signal
 import struct
 from contextlib import redirect_stderr, redirect_stdout
@@ -18,7 +19,8 @@ from nncore.events import RunFailed, RunFinished
 from nncore.train import Trainer
 
 def fuzz(n: int):
-    return settings(max_examples=n, deadline=None,
+    """n examples per run, times LAYERLAB_FUZZ_SCALE for longer runs (docs/RELIABILITY.md records one)."""
+    return settings(max_examples=n * int(os.environ.get("LAYERLAB_FUZZ_SCALE", "1")), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 

@@ -1,6 +1,7 @@
 """Random valid and invalid network specs: valid ones train one step to a finite loss, invalid ones raise a
 ConfigError naming the first bad layer's index, as predicted by an independent shape oracle."""
 import math
+import os
 import re
 
 import numpy as np
@@ -52,7 +53,8 @@ def first_bad_layer(layers, shape):
     return None
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150 * int(os.environ.get("LAYERLAB_FUZZ_SCALE", "1")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(layers=st.lists(layer_st, min_size=1, max_size=6), input_shape=input_st, seed=st.integers(0, 2**31))
 def test_random_specs(layers, input_shape, seed):
     runtime.ensure("cpu-parallel")
