@@ -132,7 +132,7 @@ class LayerlabApp(App):
         self.push_screen(PathScreen("Save the network and settings as", f"{self.draft.name}.toml"), save)
 
     def action_open_config(self) -> None:
-        self.push_screen(PathScreen("Open a config file", ""), lambda p: p and self.open_config(p))
+        self.push_screen(PathScreen("Open a config file", "", must_exist=True), lambda p: p and self.open_config(p))
 
     # -- runs -------------------------------------------------------------------------------------------------
     def _run_config(self) -> dict:

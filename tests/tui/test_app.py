@@ -255,3 +255,53 @@ async def test_sweep_arguments_are_checked(fixed_env):
         await pilot.pause()
         await pilot.press("w")
         assert app.sweeper is None
+
+
+@pytest.mark.parametrize("field,value", [("samples", "x"), ("noise", "2"), ("test_ratio", "1.5"), ("val_ratio", "-1"),
+                                         ("lr", "0"), ("momentum", "1.5"), ("batch_size", "0"), ("epochs", "-3"),
+                                         ("seed", "x"), ("threads", "0"), ("path", "/no/such/dir")])
+async def test_every_settings_field_answers_inline(fixed_env, field, value):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        if field == "path":
+            app.query_one("#dataset", Select).value = "idx"
+        app.query_one(f"#{field}", Input).value = value
+        await wait_for(pilot, lambda: app.query_one("#settings-pane").error is not None)
+        assert app.query_one(f"#{field}", Input).has_class("error")
+        assert field.split("_")[0] in app.query_one("#settings-pane").error
+        assert app.query_one("#start", Button).disabled
+
+
+@pytest.mark.parametrize("widget,value,needle", [("#input-shape", "abc", "input"),
+                                                 ("#layer-params", "out_features=", "layer 0"),
+                                                 ("#layer-params", "out_features=0", "layer 0 (Linear): out_features 0")])
+async def test_model_fields_answer_inline(fixed_env, widget, value, needle):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one(widget, Input).value = value
+        await wait_for(pilot, lambda: "✗" in str(app.query_one("#model-status").render()))
+        assert needle in str(app.query_one("#model-status").render())
+        assert app.query_one("#start", Button).disabled
+
+
+async def test_open_and_save_prompts_answer_bad_paths_in_place(fixed_env, tmp_path):
+    from tui.screens.path import PathScreen
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+o")
+        assert isinstance(app.screen, PathScreen)
+        app.screen.query_one("#path-input", Input).value = str(tmp_path / "missing.toml")
+        await pilot.press("enter")
+        assert isinstance(app.screen, PathScreen)  # still open, with the reason
+        assert "no such file" in str(app.screen.query_one("#path-hint").render())
+        await pilot.press("escape")
+        await pilot.press("ctrl+s")
+        app.screen.query_one("#path-input", Input).value = str(tmp_path / "no" / "dir" / "x.toml")
+        await pilot.press("enter")
+        assert isinstance(app.screen, PathScreen) and "no such directory" in str(app.screen.query_one("#path-hint").render())
+        app.screen.query_one("#path-input", Input).value = str(tmp_path / "mine.toml")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: (tmp_path / "mine.toml").exists())
+        assert not isinstance(app.screen, PathScreen)
