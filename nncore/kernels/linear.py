@@ -2,6 +2,7 @@
 import taichi as ti
 
 from . import F1, F2
+from .activation import sigmoid
 
 
 @ti.kernel
@@ -48,11 +49,7 @@ def _act(x, kind: ti.template()):
     if ti.static(kind == 1):
         y = ti.max(x, 0.0)
     elif ti.static(kind == 2):
-        if x >= 0.0:
-            y = 1.0 / (1.0 + ti.exp(-x))
-        else:
-            e = ti.exp(x)
-            y = e / (1.0 + e)
+        y = sigmoid(x)
     else:
         y = ti.tanh(x)
     return y

@@ -8,6 +8,7 @@ reduction is PyTorch's default ``mean``: over samples for cross-entropy, over al
 import taichi as ti
 
 from . import F1, F2, I1
+from .activation import sigmoid
 
 
 @ti.func
@@ -51,13 +52,7 @@ def bce_logits_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1)
             t = _target(labels[b], j, k)
             # max(x,0) - x*t + log(1 + exp(-|x|)): finite for every x.
             acc += ti.max(x, 0.0) - x * t + ti.log(1.0 + ti.exp(-ti.abs(x)))
-            s = 0.0
-            if x >= 0.0:
-                s = 1.0 / (1.0 + ti.exp(-x))
-            else:
-                e = ti.exp(x)
-                s = e / (1.0 + e)
-            dlogits[b, j] = (s - t) * scale
+            dlogits[b, j] = (sigmoid(x) - t) * scale
         losses[b] = acc * scale
 
 
