@@ -51,12 +51,12 @@ async def test_edit_the_network(fixed_env):
         status = str(app.query_one("#model-status").render())
         assert "layer 0 (Conv2D): kernel_size 40" in status
         assert str(table.get_row_at(0)[0]).startswith("✗")
-        assert app.query_one("#start", Button).disabled
+        await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)  # follows by message
         await pilot.press("s")
         assert app.handle is None
         app.query_one("#layer-params", Input).value = "out_channels=64, kernel_size=3"
         await wait_for(pilot, lambda: app.query_one("#model-pane").error is None)
-        assert not app.query_one("#start", Button).disabled
+        await wait_for(pilot, lambda: not app.query_one("#start", Button).disabled, 10)
 
 
 async def test_bad_settings_are_marked_inline(fixed_env):
@@ -67,10 +67,10 @@ async def test_bad_settings_are_marked_inline(fixed_env):
         await wait_for(pilot, lambda: app.query_one("#settings-pane").error is not None)
         assert app.query_one("#lr", Input).has_class("error")
         assert "train.lr 'fast' must be a number" in str(app.query_one("#settings-status").render())
-        assert app.query_one("#start", Button).disabled
+        await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)  # follows by message
         app.query_one("#lr", Input).value = "0.1"
         await wait_for(pilot, lambda: app.query_one("#settings-pane").error is None)
-        assert not app.query_one("#start", Button).disabled
+        await wait_for(pilot, lambda: not app.query_one("#start", Button).disabled, 10)
 
 
 async def test_a_real_run_on_cpu_serial(tmp_path):
@@ -145,6 +145,7 @@ async def test_app_stays_responsive_during_a_run(fixed_env):
     async with app.run_test(size=SIZE) as pilot:
         seen = recording(app)
         app.query_one("#epochs", Input).value = "100"  # long enough to outlast the measurement
+        app.query_one("#threads", Input).value = "1"  # leave the app a core of its own on small CI machines
         await wait_for(pilot, lambda: app.settings_ok)
         ticks = []
         app.set_interval(0.05, lambda: ticks.append(time.monotonic()))
@@ -153,9 +154,14 @@ async def test_app_stays_responsive_during_a_run(fixed_env):
         ticks.clear()
         await asyncio.sleep(3.0)
         assert app.handle is not None  # the run was going on all along
-        gaps = [b - a for a, b in zip(ticks, ticks[1:])]
-        print(f"timer gaps during training: max {max(gaps) * 1e3:.1f} ms over {len(gaps)} ticks")
-        assert len(gaps) > 30 and max(gaps) - 0.05 < 0.1, f"worst tick gap {max(gaps):.3f}s"
+        gaps = sorted(b - a for a, b in zip(ticks, ticks[1:]))
+        print(f"timer gaps during training: median {gaps[len(gaps) // 2] * 1e3:.1f} ms, "
+              f"max {gaps[-1] * 1e3:.1f} ms over {len(gaps)} ticks")
+        # Training in this process would hold the GIL and stop the timer for whole steps and epochs; a child
+        # process leaves it ticking.  The bounds are loose because CI machines are shared and noisy: the
+        # timer must have kept its pace and never stalled for a second.
+        assert len(gaps) > 30 and gaps[len(gaps) // 2] < 0.075 and gaps[-1] < 1.0, f"tick gaps {gaps}"
+        assert app.handle.proc.pid != os.getpid()
         await pilot.press("q")
 
 
@@ -270,7 +276,7 @@ async def test_every_settings_field_answers_inline(fixed_env, field, value):
         await wait_for(pilot, lambda: app.query_one("#settings-pane").error is not None)
         assert app.query_one(f"#{field}", Input).has_class("error")
         assert field.split("_")[0] in app.query_one("#settings-pane").error
-        assert app.query_one("#start", Button).disabled
+        await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)  # follows by message
 
 
 @pytest.mark.parametrize("widget,value,needle", [("#input-shape", "abc", "input"),
@@ -282,7 +288,8 @@ async def test_model_fields_answer_inline(fixed_env, widget, value, needle):
         app.query_one(widget, Input).value = value
         await wait_for(pilot, lambda: "✗" in str(app.query_one("#model-status").render()))
         assert needle in str(app.query_one("#model-status").render())
-        assert app.query_one("#start", Button).disabled
+        # the pane tells the app by message, so the button follows a moment later
+        await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)
 
 
 async def test_open_and_save_prompts_answer_bad_paths_in_place(fixed_env, tmp_path):
