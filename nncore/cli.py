@@ -7,7 +7,10 @@ Errors are one line on stderr naming the culprit, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -47,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="FILE", help="continue a run from its checkpoint, bit-identically")
     t.add_argument("--jsonl", metavar="FILE|-", help="write the events as JSON lines ('-': stdout, instead of text)")
     t.add_argument("--quiet", action="store_true", help="print only the final summary")
+    dist = t.add_mutually_exclusive_group()
+    dist.add_argument("--distributed", action="store_true",
+                      help="be one rank of a data-parallel run (start under mpiexec -n N)")
+    dist.add_argument("--ranks", type=int, metavar="N", help="run N data-parallel ranks: starts mpiexec itself")
     sub.add_parser("archs", help="which backends work here, and why not")
     b = sub.add_parser("bench", help="benchmark the seed workloads, side by side with PyTorch where installed")
     b.add_argument("--workloads", default="net-1h,net-2h,cnn32,cnn64,cnn256",
@@ -105,21 +112,70 @@ def _config(args):
     return cfg.override("data", limit=args.limit)
 
 
+def find_mpiexec() -> str | None:
+    """$LAYERLAB_MPIEXEC, else the mpiexec beside this Python (a venv with the mpich wheel), else PATH's."""
+    if os.environ.get("LAYERLAB_MPIEXEC"):
+        return os.environ["LAYERLAB_MPIEXEC"]
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else shutil.which("mpiexec")
+
+
+def _launch_ranks(args, argv: list[str]) -> int:
+    """``--ranks N``: run this same command as N ranks under mpiexec and pass its exit code on."""
+    from nncore.distributed import INSTALL_HINT, load_mpi
+
+    if args.ranks < 1:
+        print(f"layerlab: error: --ranks {args.ranks} must be at least 1", file=sys.stderr)
+        return EXIT_CONFIG
+    mpiexec = find_mpiexec()
+    try:
+        if mpiexec is None:
+            raise ConfigError(f"--ranks needs mpiexec, found neither beside {sys.executable} nor on PATH; "
+                              f"{INSTALL_HINT}")
+        load_mpi()
+    except ConfigError as exc:
+        print(f"layerlab: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--ranks":
+            skip = True
+        elif not a.startswith("--ranks="):
+            rest.append(a)
+    cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "nncore.cli", *rest, "--distributed"]
+    # Ctrl-C reaches mpiexec, which passes it to the ranks; this process only waits for their verdict. (A
+    # handler, not SIG_IGN: an ignored signal would stay ignored in mpiexec too.)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        return subprocess.run(cmd).returncode
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _train(args) -> int:
     from nncore.events import RunFailed
     from nncore.report import TextReporter
     from nncore.train import Trainer
 
+    cluster = None
     try:
+        if args.distributed:
+            from nncore.distributed import Cluster
+
+            cluster = Cluster()
         cfg = _config(args)
         # Fail before training, not after it, when the weights could not be written.
         for flag, path in (("--save-weights", args.save_weights), ("--checkpoint", args.checkpoint)):
             if path and not Path(path).resolve().parent.is_dir():
                 raise ConfigError(f"{flag} {path}: its directory does not exist")
         trainer = Trainer(cfg, init_weights=args.init_weights, save_weights=args.save_weights,
-                          checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume)
-    except LayerlabError as exc:
-        print(f"layerlab: error: {exc}", file=sys.stderr)
+                          checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
+                          cluster=cluster)
+    except LayerlabError as exc:  # the same on every rank: each exits alike, rank 0 says it
+        if cluster is None or cluster.is_root:
+            print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
     interrupted = []
 
@@ -127,13 +183,15 @@ def _train(args) -> int:
         if interrupted:  # a second Ctrl-C: stop waiting for the step
             raise KeyboardInterrupt
         interrupted.append(True)
-        print("\nlayerlab: interrupted; finishing the current step", file=sys.stderr)
+        if cluster is None or cluster.is_root:
+            print("\nlayerlab: interrupted; finishing the current step", file=sys.stderr)
 
     signal.signal(signal.SIGINT, on_sigint)
+    root = cluster is None or cluster.is_root
     jsonl = None
-    if args.jsonl:
+    if args.jsonl and root:
         jsonl = sys.stdout if args.jsonl == "-" else open(args.jsonl, "w", encoding="utf-8")
-    text = None if args.jsonl == "-" else TextReporter(sys.stdout, quiet=args.quiet)
+    text = None if args.jsonl == "-" or not root else TextReporter(sys.stdout, quiet=args.quiet)
 
     def emit(event):
         if jsonl is not None:
@@ -145,11 +203,25 @@ def _train(args) -> int:
     trainer.emit, trainer.should_stop = emit, (lambda: bool(interrupted))
     try:
         end = trainer.run()
+    except Exception as exc:
+        if cluster is None or cluster.size == 1:
+            raise
+        # Anything unforeseen on one rank would leave the others waiting in a collective: end them all.
+        print(f"layerlab: error: rank {cluster.rank}: {type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+        sys.stderr.flush()
+        cluster.abort(EXIT_ERROR)
+        raise
     finally:
         if jsonl is not None and jsonl is not sys.stdout:
             jsonl.close()
     if isinstance(end, RunFailed):
-        print(f"layerlab: error: {end.error}", file=sys.stderr)
+        alone = trainer.failed_alone and cluster.size > 1
+        if root or alone:
+            prefix = f"rank {cluster.rank}: " if alone and not root else ""
+            print(f"layerlab: error: {prefix}{end.error}", file=sys.stderr)
+        if alone:
+            sys.stderr.flush()
+            cluster.abort(end.exit_code)
         return end.exit_code
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
@@ -174,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "archs":
             return _archs()
         if args.command == "train":
-            return _train(args)
+            return _launch_ranks(args, argv) if args.ranks is not None else _train(args)
     except KeyboardInterrupt:
         print("layerlab: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

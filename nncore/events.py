@@ -53,6 +53,8 @@ class RunStarted(Event):
     test_samples: int
     steps_per_epoch: int
     setup_s: float  # runtime init, network build and data upload
+    ranks: int = 1  # MPI ranks of a distributed run
+    rank_devices: list = field(default_factory=list)  # "host: device" of each rank (distributed runs)
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class Step(Event):
     step: int  # global step, 1-based
     loss: float
     samples_per_s: float
+    comm_share: float | None = None  # distributed runs: rank 0's communication share of the epoch so far
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,10 @@ class EpochEnd(Event):
     val_acc: float | None = None
     timings: list[LayerTiming] = field(default_factory=list)
     timed_steps: int = 0
+    # Distributed runs: per rank {"rank", "host", "device", "samples", "epoch_s", "comm_s"}, and the share of
+    # the ranks' time spent communicating (gradient all-reduce, staging and waiting for slower ranks).
+    ranks: list = field(default_factory=list)
+    comm_share: float | None = None
 
 
 @dataclass(frozen=True)

@@ -299,9 +299,10 @@ class Sequential:
         for part in reversed(self.parts):
             part.backward(ws, self.params, self.grads, self.need_dinp[part.first])
 
-    def timed_step(self, ws: Workspace, optimizer, gather) -> dict[str, np.ndarray | float]:
+    def timed_step(self, ws: Workspace, optimizer, gather, reduce=None) -> dict[str, np.ndarray | float]:
         """One training step with a device sync after each part: seconds for ``gather()`` (the batch), each
-        part's forward and backward, the loss and the optimizer. For per-layer timing on sampled steps."""
+        part's forward and backward, the loss, ``reduce()`` (the gradient all-reduce of a distributed run, if
+        given) and the optimizer. For per-layer timing on sampled steps."""
         sync, now, n = runtime.sync, time.perf_counter, len(self.parts)
         fwd, bwd = np.zeros(n), np.zeros(n)
         sync()
@@ -324,6 +325,11 @@ class Sequential:
             sync()
             bwd[k] = (t2 := now()) - t1
             t1 = t2
+        if reduce is not None:
+            reduce()
+            sync()
+            t["allreduce"] = (t2 := now()) - t1
+            t1 = t2
         optimizer.step(self.params, self.grads)
         sync()
         t["optimizer"] = now() - t1
@@ -335,11 +341,14 @@ class Sequential:
         return np.array([sum(rows[i]["flops_fwd"] + rows[i]["flops_bwd"] for i in range(p.first, p.last + 1))
                          for p in self.parts], dtype=np.float64)
 
-    def train_step(self, ws: Workspace, optimizer) -> None:
-        """Forward, loss, backward and update on the batch already in ``ws``; all on the device."""
+    def train_step(self, ws: Workspace, optimizer, reduce=None) -> None:
+        """Forward, loss, backward and update on the batch already in ``ws``; all on the device except
+        ``reduce()``, which a distributed run calls between backward and update to sum the gradients."""
         self.forward(ws)
         self.loss_grad(ws)
         self.backward(ws)
+        if reduce is not None:
+            reduce()
         optimizer.step(self.params, self.grads)
 
     def predict(self, x: np.ndarray, batch: int = 256) -> np.ndarray:

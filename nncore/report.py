@@ -18,6 +18,17 @@ def timing_table(timings) -> list[str]:
     return rows
 
 
+def rank_table(ranks: list[dict]) -> list[str]:
+    """Per-rank samples, epoch time and communication (all-reduce, staging and waiting) of a distributed run."""
+    rows = [f"{'rank':<5} {'device':<34} {'samples':>8} {'epoch s':>8} {'comm s':>8} {'comm':>6}"]
+    for r in ranks:
+        share = r["comm_s"] / r["epoch_s"] if r["epoch_s"] > 0 else 0.0
+        where = f"{r['host']}: {r['device']}"[:34]
+        rows.append(f"{r['rank']:<5} {where:<34} {r['samples']:>8,} {r['epoch_s']:8.3f} {r['comm_s']:8.3f} "
+                    f"{100 * share:5.1f}%")
+    return rows
+
+
 class TextReporter:
     def __init__(self, out: TextIO = sys.stdout, quiet: bool = False, progress: bool | None = None):
         self.out, self.quiet = out, quiet
@@ -40,6 +51,9 @@ class TextReporter:
                 self._line(f"layerlab: {event.arch} ({event.threads} threads) on {event.device}; "
                            f"{event.n_params:,} parameters; {name}: {event.train_samples:,} train / "
                            f"{event.test_samples:,} test; {event.steps_per_epoch} steps per epoch")
+                if event.ranks > 1:
+                    self._line(f"data parallel over {event.ranks} MPI ranks: " + "; ".join(
+                        f"rank {r} on {d}" for r, d in enumerate(event.rank_devices)))
         elif isinstance(event, Step) and self.progress and self.started:
             self._bar(event)
         elif isinstance(event, EpochEnd):
@@ -47,6 +61,8 @@ class TextReporter:
             self._t_epoch = time.perf_counter()
             if not self.quiet:
                 val = f"  val loss {event.val_loss:.4f} acc {event.val_acc:.4f}" if event.val_acc is not None else ""
+                if event.comm_share is not None:
+                    val += f"  comm {100 * event.comm_share:.1f}%"
                 self._line(f"epoch {event.epoch:>3}  train loss {event.train_loss:.4f}  test loss "
                            f"{event.test_loss:.4f}  test acc {event.test_acc:.4f}{val}  "
                            f"{event.samples_per_s:,.0f} samples/s  {event.epoch_s:.2f} s")
@@ -70,6 +86,10 @@ class TextReporter:
         if self.last_epoch is not None and self.last_epoch.timings and not self.quiet:
             self._line(f"per-layer time, epoch {self.last_epoch.epoch} ({self.last_epoch.timed_steps} synced steps):")
             for row in timing_table(self.last_epoch.timings):
+                self._line("  " + row)
+        if self.last_epoch is not None and self.last_epoch.ranks and not self.quiet:
+            self._line(f"per-rank time, epoch {self.last_epoch.epoch}:")
+            for row in rank_table(self.last_epoch.ranks):
                 self._line("  " + row)
         state = "stopped" if event.stopped else "done"
         saved = f"; weights saved to {event.weights}" if event.weights else ""

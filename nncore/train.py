@@ -7,12 +7,18 @@ step number, and the weights are scanned on the device at each of those reads; e
 :class:`DivergedError`. ``should_stop`` is polled between
 steps; a stop finishes the current step, saves what was asked for and ends the run as stopped.
 
+With a :class:`~nncore.distributed.Cluster` the run is one rank of a data-parallel run (see
+:mod:`nncore.distributed`): each step trains on this rank's shard of the global batch and all-reduces the
+gradients before the optimizer step; only rank 0 evaluates, checkpoints and saves weights, and its events carry
+every rank's timing.
+
 Per-layer timing: every ``timing_every``-th step (never the first, which compiles the kernels) runs with a
 device sync after the batch gather, after each layer's forward, after the loss, after each layer's backward
 and after the optimizer, timing each part with ``perf_counter``. Figures are means over an epoch's timed steps.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable
 
@@ -21,6 +27,7 @@ import numpy as np
 from . import data as datasets
 from . import runtime
 from .config import RunConfig
+from .distributed import RankFailed
 from .errors import ConfigError, DivergedError, LayerlabError
 from .events import EpochEnd, Event, LayerTiming, RunFailed, RunFinished, RunStarted, Step
 from .kernels.data import gather_rows
@@ -51,18 +58,20 @@ def dataset_for(cfg: RunConfig) -> datasets.Dataset:
 class _Timer:
     """Accumulates synced per-part times over the timed steps of one epoch."""
 
-    def __init__(self, net: Sequential):
+    def __init__(self, net: Sequential, distributed: bool = False):
         self.net = net
         n = len(net.parts)
         self.fwd, self.bwd, self.flops = np.zeros(n), np.zeros(n), np.zeros(n)
         self.other = {"data": 0.0, "loss": 0.0, "optimizer": 0.0}
+        if distributed:
+            self.other["allreduce"] = 0.0
         self.steps = 0
 
     def add(self, t: dict, batch: int) -> None:
         self.fwd += t["fwd"]
         self.bwd += t["bwd"]
         for k in self.other:
-            self.other[k] += t[k]
+            self.other[k] += t.get(k, 0.0)
         self.flops += self.net.part_flops(batch)
         self.steps += 1
 
@@ -84,8 +93,11 @@ class _Timer:
 class Trainer:
     def __init__(self, cfg: RunConfig, emit: Callable[[Event], None] = lambda e: None,
                  should_stop: Callable[[], bool] = lambda: False, init_weights=None, save_weights=None,
-                 checkpoint=None, checkpoint_every=None, resume=None):
+                 checkpoint=None, checkpoint_every=None, resume=None, cluster=None):
         self.cfg, self.emit, self.should_stop = cfg, emit, should_stop
+        self.cluster = cluster  # a distributed.Cluster: this trainer is one rank of a data-parallel run
+        self.root = cluster is None or cluster.is_root
+        self.stop_agreed = self.failed_alone = False
         self.init_weights, self.save_weights = init_weights, save_weights
         self.checkpoint, self.resume = checkpoint, resume
         self.every = ckpt.parse_every(checkpoint_every) if checkpoint_every is not None else None
@@ -98,7 +110,15 @@ class Trainer:
     def _setup(self) -> RunStarted:
         t0 = time.perf_counter()
         tr, dc = self.cfg.train, self.cfg.data
-        info = runtime.init(tr["arch"], tr["threads"])
+        threads, cl = tr["threads"], self.cluster
+        if cl is not None:
+            if tr["batch_size"] < cl.size:
+                raise ConfigError(f"train.batch_size {tr['batch_size']} is smaller than the {cl.size} ranks: "
+                                  "every rank needs a sample of every batch")
+            threads = cl.threads_for(tr["arch"], threads)
+            if tr["arch"] == "cuda":
+                cl.pick_gpu()  # before the CUDA runtime starts
+        info = runtime.init(tr["arch"], threads)
         ds = dataset_for(self.cfg)
         model = dict(self.cfg.model)
         model.setdefault("input", list(ds.input_shape))
@@ -115,7 +135,7 @@ class Trainer:
         if tr["optimizer"].lower() == "sgd":
             opt_args["momentum"] = tr["momentum"]
         self.opt = make_optimizer(tr["optimizer"], net.n_params, **opt_args)
-        self.ds = ds
+        self.ds, self.device = ds, info.device
         data_bytes = sum(a.nbytes for a in (ds.x_train, ds.x_test, ds.x_val) if a is not None)
         runtime.check_memory(data_bytes, f"the dataset {ds.name}")
         self.train_set = _upload(ds.x_train, ds.y_train)
@@ -137,21 +157,54 @@ class Trainer:
         return RunStarted(resolved, info.arch, info.threads, info.device, net.n_params, net.summary(1),
                           n, len(ds.x_test), self.steps_per_epoch, time.perf_counter() - t0)
 
+    def _setup_agreed(self) -> RunStarted:
+        """Set up; in a distributed run every rank then learns whether every other one could, so a failure on
+        one rank (its GPU, its memory) ends all of them with that rank's message instead of a hang."""
+        cl = self.cluster
+        if cl is None:
+            return self._setup()
+        try:
+            started, status = self._setup(), None
+        except LayerlabError as exc:
+            started, status = None, (exc.exit_code, str(exc))
+        where = f"{cl.host}: {started.device}" if started else None
+        report = cl.allgather((status, where))
+        for rank, (st, _) in enumerate(report):
+            if st is not None:
+                exc = RankFailed(st[1] if rank == cl.rank or rank == 0 else f"rank {rank}: {st[1]}", st[0])
+                exc.collective = True
+                raise exc
+        return dataclasses.replace(started, ranks=cl.size, rank_devices=[w for _, w in report])
+
     # -- steps ---------------------------------------------------------------------------------------------
-    def _timed_step(self, ws, start: int, timer: _Timer) -> None:
+    def _timed_step(self, ws, start: int, timer: _Timer, reduce=None) -> None:
         gather = lambda: gather_rows(ws.x, ws.labels, *self.train_set, start)  # noqa: E731
-        timer.add(self.net.timed_step(ws, self.opt, gather), ws.batch)
+        timer.add(self.net.timed_step(ws, self.opt, gather, reduce), ws.batch)
 
     def _check_diverged(self) -> None:
         bad = int(self.bad.to_numpy()[0])
-        if bad:
-            raise DivergedError(f"diverged: non-finite loss at step {bad} (epoch {self.epoch}); "
+        if not bad:
+            check_finite(self.bad_w, self.net.params, self.step)  # weights too: a finite loss can hide them
+        bad_w = int(self.bad_w.to_numpy()[0])
+        if self.cluster is not None:  # every rank reaches this point: agree, so all stop together
+            bad, bad_w = self.cluster.max_ints([bad, bad_w])
+        what = f"non-finite loss at step {bad}" if bad else f"non-finite weight by step {bad_w}"
+        if bad or bad_w:
+            exc = DivergedError(f"diverged: {what} (epoch {self.epoch}); "
                                 f"try a smaller learning rate than {self.cfg.train['lr']}")
-        check_finite(self.bad_w, self.net.params, self.step)  # weights too: a finite loss can hide them
-        bad = int(self.bad_w.to_numpy()[0])
-        if bad:
-            raise DivergedError(f"diverged: non-finite weight by step {bad} (epoch {self.epoch}); "
-                                f"try a smaller learning rate than {self.cfg.train['lr']}")
+            exc.collective = True
+            raise exc
+
+    def _stopping(self) -> bool:
+        """Poll for a stop between steps; a distributed run stops when any rank asked, as told by the last
+        gradient all-reduce."""
+        return self.stop_agreed if self.cluster is not None else self.should_stop()
+
+    def _reduce(self, scale: float) -> None:
+        self.stop_agreed = self.cluster.allreduce_grads(self.net.grads, scale, self.should_stop())
+
+    def _global_sum(self, value: float) -> float:
+        return self.cluster.sum_floats([value])[0] if self.cluster is not None else value
 
     def _epoch(self, offset: int = 0) -> EpochEnd | None:
         """One epoch (from sample ``offset`` when resuming) and its evaluation; None when a stop request cut it
@@ -163,28 +216,41 @@ class Trainer:
                 self.order_host = self.rng.permutation(n).astype(np.int32)
                 order.from_numpy(self.order_host)
             self.acc.fill(0.0)
-        timer, t0, done = _Timer(self.net), time.perf_counter(), 0
+        cl = self.cluster
+        timer, t0, done, mine = _Timer(self.net, cl is not None), time.perf_counter(), 0, 0
+        if cl is not None:
+            cl.comm_s = 0.0
         for start in range(offset, n, self.batch):
-            if self.should_stop():
+            if self._stopping():
                 break
             b = min(self.batch, n - start)
-            ws = self.net.workspace(b)
+            lo, nb = cl.shard(b) if cl is not None else (0, b)  # this rank's part of the batch
+            reduce = (lambda: self._reduce(nb / b)) if cl is not None else None  # noqa: B023 (called now)
             self.step += 1
-            if self.step > 1 and self.step % self.timing_every == 0:
-                self._timed_step(ws, start, timer)
+            if nb == 0:  # a last batch smaller than the rank count: nothing to add but zeros
+                self.net.grads.fill(0.0)
+                reduce()
+                self.opt.step(self.net.params, self.net.grads)
             else:
-                gather_rows(ws.x, ws.labels, *self.train_set, start)
-                self.net.train_step(ws, self.opt)
-            loss_accumulate(self.acc, self.bad, ws.losses, float(b), self.step)
+                ws = self.net.workspace(nb)
+                if self.step > 1 and self.step % self.timing_every == 0:
+                    self._timed_step(ws, start + lo, timer, reduce)
+                else:
+                    gather_rows(ws.x, ws.labels, *self.train_set, start + lo)
+                    self.net.train_step(ws, self.opt, reduce)
+                loss_accumulate(self.acc, self.bad, ws.losses, float(nb), self.step)
             done += b
+            mine += nb
             if self.step == 1:
                 runtime.sync()
                 self.first_step_s = time.perf_counter() - t0
             if self.step % self.log_every == 0 or self.log_next:
                 self.log_next = False
                 self._check_diverged()
-                rate = done / max(time.perf_counter() - t0, 1e-9)
-                self.emit(Step(self.epoch, self.step, ws.loss_value(), rate))
+                elapsed = max(time.perf_counter() - t0, 1e-9)
+                loss = self._global_sum(ws.loss_value() * nb if nb else 0.0) / b
+                share = cl.comm_s / elapsed if cl is not None else None
+                self.emit(Step(self.epoch, self.step, loss, done / elapsed, share))
             if self.every and self.every[1] == "steps" and self.step % self.every[0] == 0:
                 self._save_checkpoint(start + b, done, time.perf_counter() - t0)
         runtime.sync()
@@ -194,17 +260,30 @@ class Trainer:
         self.train_s += elapsed
         if offset + done < n:
             return None
-        train_loss = float(self.acc.to_numpy()[0]) / n
-        test_loss, test_acc = self.evaluate(*self.test_set)
-        val = self.evaluate(*self.val_set) if self.val_set else (None, None)
+        train_loss = self._global_sum(float(self.acc.to_numpy()[0])) / n
+        ranks, share = [], None
+        if cl is not None:
+            ranks = cl.gather({"rank": cl.rank, "host": cl.host, "device": self.device, "samples": mine,
+                               "epoch_s": elapsed, "comm_s": cl.comm_s}) or []
+            share = sum(r["comm_s"] for r in ranks) / max(sum(r["epoch_s"] for r in ranks), 1e-9) if ranks else None
+        if self.root:
+            test_loss, test_acc = self.evaluate(*self.test_set)
+            val = self.evaluate(*self.val_set) if self.val_set else (None, None)
+        else:  # rank 0 evaluates; the weights are the same everywhere
+            test_loss, test_acc, val = float("nan"), 0.0, (None, None)
+        if cl is not None:
+            cl.barrier()  # the other ranks wait for rank 0's evaluation here, not inside the next step's timing
         return EpochEnd(self.epoch, self.step, train_loss, test_loss, test_acc, done / max(elapsed, 1e-9),
-                        elapsed, val[0], val[1], timer.results(), timer.steps)
+                        elapsed, val[0], val[1], timer.results(), timer.steps, ranks, share)
 
     def _save_checkpoint(self, offset: int, done_now: int = 0, elapsed_now: float = 0.0) -> None:
         """Write the run's state at the current step (after checking it is finite: a diverged run keeps the
         last good checkpoint)."""
         self._check_diverged()
-        pos = ckpt.Position(self.epoch, offset, self.step, float(self.acc.to_numpy()[0]), self.best,
+        loss_sum = self._global_sum(float(self.acc.to_numpy()[0]))
+        if not self.root:  # the weights are the same on every rank: rank 0 writes them
+            return
+        pos = ckpt.Position(self.epoch, offset, self.step, loss_sum, self.best,
                             self.samples_done + done_now, self.train_s + elapsed_now)
         ckpt.save(self.checkpoint, self.net, self.opt, pos, getattr(self, "order_host", None), self.rng,
                   self.cfg.to_dict())
@@ -226,7 +305,7 @@ class Trainer:
         if len(state["order"]) == n:
             self.order_host = state["order"].astype(np.int32)
             self.train_set[2].from_numpy(self.order_host)
-        self.acc.from_numpy(np.array([pos.loss_sum], np.float32))
+        self.acc.from_numpy(np.array([pos.loss_sum if self.root else 0.0], np.float32))
         return pos.offset
 
     def evaluate(self, xs, ys, order) -> tuple[float, float]:
@@ -255,7 +334,7 @@ class Trainer:
         self.best, self.start_epoch = 0.0, 1
         last, stopped = None, False
         try:
-            self.emit(self._setup())
+            self.emit(self._setup_agreed())
             offset = self._restore() if self.resume else 0
             for self.epoch in range(self.start_epoch, self.cfg.train["epochs"] + 1):
                 result = self._epoch(offset)  # polls should_stop before every step
@@ -267,7 +346,7 @@ class Trainer:
                 self.emit(last)
                 if self.every and self.every[1] == "epochs" and self.epoch % self.every[0] == 0:
                     self._save_checkpoint(len(self.ds.x_train))
-            if self.save_weights:
+            if self.save_weights and self.root:
                 self.net.save_weights(self.save_weights)
             end = RunFinished(last.epoch if last else 0, self.step, last.test_loss if last else float("nan"),
                               last.test_acc if last else 0.0, self.best, time.perf_counter() - t0,
@@ -275,5 +354,8 @@ class Trainer:
                               str(self.save_weights) if self.save_weights else None, self.first_step_s)
         except LayerlabError as exc:
             end = RunFailed(str(exc), exc.exit_code, self.epoch, self.step)
+            # In a distributed run, a failure that only this rank saw leaves the others waiting in a
+            # collective: the caller must abort the job (see nncore.cli).
+            self.failed_alone = self.cluster is not None and not getattr(exc, "collective", False)
         self.emit(end)
         return end

@@ -1,0 +1,144 @@
+"""Data-parallel training across processes (and GPUs) over MPI, through mpi4py.
+
+Every rank is a process with its own Taichi runtime: on the CPU with (cores / ranks on this host) threads
+unless told otherwise; on CUDA with one GPU, picked from the rank's index on its host (round-robin where
+ranks outnumber GPUs) through ``CUDA_VISIBLE_DEVICES`` before the runtime starts.
+
+Each global batch of B samples is cut into contiguous shards of B // N or B // N + 1 samples, the larger ones
+on the lower ranks. Every rank computes its shard's mean-loss gradient into the network's flat gradient
+buffer, scales it by shard / B, and one ``Allreduce`` (sum) over that buffer, staged through host memory,
+gives every rank the whole batch's gradient: each then takes the identical optimizer step, so the weights
+stay equal on all ranks without ever being sent. One extra element of the reduced buffer carries stop
+requests, so a stop asked of any rank ends every rank after the same step. Divergence checks, the epoch's
+loss sum and the per-rank timing are small collectives at points every rank reaches in the same order;
+rank 0 evaluates and reports.
+
+Communication time is measured around the host staging and the ``Allreduce`` after a device sync: it
+includes waiting for slower ranks, which is what a step loses to them.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+import numpy as np
+
+from . import runtime
+from .errors import ConfigError, LayerlabError
+
+INSTALL_HINT = "pip install 'layerlab[mpi]' (mpi4py and MPICH, from PyPI)"
+
+
+class RankFailed(LayerlabError):
+    """A rank failed where every rank learns of it (set-up): each exits with that rank's code and message."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def load_mpi():
+    """mpi4py's MPI module, or a ConfigError saying how to install it."""
+    try:
+        from mpi4py import MPI
+    except (ImportError, RuntimeError, OSError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"distributed training needs mpi4py and an MPI library ({reason}); {INSTALL_HINT}") \
+            from None
+    return MPI
+
+
+def shard(batch: int, rank: int, size: int) -> tuple[int, int]:
+    """(offset, length) of ``rank``'s part of a batch: contiguous, lengths differing by at most one."""
+    q, r = divmod(batch, size)
+    return rank * q + min(rank, r), q + (rank < r)
+
+
+def _visible_gpus() -> list[str]:
+    """The GPUs this process may use, without initialising CUDA (which would fix the choice)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d for d in env.split(",") if d.strip()]
+    try:
+        return sorted(str(int(n[6:])) for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit())
+    except OSError:
+        return []
+
+
+class Cluster:
+    """This process's place among the ranks, and the collectives training needs."""
+
+    def __init__(self, comm=None):
+        self.MPI = MPI = load_mpi()
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
+        node.Free()
+        self.host = socket.gethostname()
+        self.gpu: str | None = None
+        self.comm_s = 0.0  # communication seconds since reset()
+        self._buf: np.ndarray | None = None
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def shard(self, batch: int) -> tuple[int, int]:
+        return shard(batch, self.rank, self.size)
+
+    def threads_for(self, arch: str, threads: int | None) -> int | None:
+        """cpu-parallel ranks on one host share its cores unless a thread count was given."""
+        if arch == "cpu-parallel" and threads is None:
+            return max(1, runtime.cpu_count() // self.local_size)
+        return threads
+
+    def pick_gpu(self) -> str | None:
+        """Restrict this process to its GPU; call before the CUDA runtime starts."""
+        gpus = _visible_gpus()
+        if gpus:
+            self.gpu = gpus[self.local_rank % len(gpus)]
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.gpu
+        return self.gpu
+
+    # -- collectives -----------------------------------------------------------------------------------------
+    def allreduce_grads(self, grads, scale: float, stop: bool) -> bool:
+        """Sum ``scale * grads`` over the ranks into ``grads`` (a flat f32 ndarray); True if any rank asked to
+        stop. Times itself from after a device sync, so the time is communication (and waiting) only."""
+        runtime.sync()
+        t0 = time.perf_counter()
+        n = grads.shape[0]
+        if self._buf is None or len(self._buf) != n + 1:
+            self._buf = np.empty(n + 1, np.float32)
+        buf = self._buf
+        np.multiply(grads.to_numpy(), np.float32(scale), out=buf[:n])
+        buf[n] = 1.0 if stop else 0.0
+        self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+        grads.from_numpy(buf[:n])
+        self.comm_s += time.perf_counter() - t0
+        return bool(buf[n] > 0)
+
+    def max_ints(self, values: list[int]) -> list[int]:
+        out = np.array(values, np.int64)
+        self.comm.Allreduce(self.MPI.IN_PLACE, out, op=self.MPI.MAX)
+        return [int(v) for v in out]
+
+    def sum_floats(self, values: list[float]) -> list[float]:
+        out = np.array(values, np.float64)
+        self.comm.Allreduce(self.MPI.IN_PLACE, out, op=self.MPI.SUM)
+        return [float(v) for v in out]
+
+    def gather(self, obj):
+        """Every rank's ``obj`` on rank 0 (a list in rank order); None elsewhere."""
+        return self.comm.gather(obj, root=0)
+
+    def allgather(self, obj) -> list:
+        return self.comm.allgather(obj)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def abort(self, code: int) -> None:
+        """End every rank now (for a failure only this rank saw: the others would wait for it forever)."""
+        self.comm.Abort(code)

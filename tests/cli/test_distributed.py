@@ -1,0 +1,166 @@
+"""Data parallelism over MPI ranks: N ranks with global batch B end where 1 process with batch B ends.
+
+The ranks run as a user runs them (`layerlab train ... --ranks N`, which starts mpiexec), oversubscribing this
+machine's cores where N exceeds them. Reference runs are the plain single-process command.
+"""
+import json
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from nncore import distributed
+from nncore.cli import find_mpiexec
+from nncore.errors import ConfigError
+from tests.cli.test_cli import layerlab, one_line_error
+
+
+def _mpi_missing() -> str | None:
+    try:
+        distributed.load_mpi()
+    except ConfigError as exc:
+        return str(exc)
+    return None if find_mpiexec() else "no mpiexec beside this Python or on PATH"
+
+
+needs_mpi = pytest.mark.skipif(_mpi_missing() is not None, reason=f"MPI is not installed here: {_mpi_missing()}")
+
+# 297 samples in batches of 37: eight full batches and a last one of a single sample, so with two or more
+# ranks the last step has ranks with nothing to contribute.
+SMALL = ["--limit", "297", "--batch-size", "37", "--quiet"]
+
+
+@given(st.integers(1, 600), st.integers(1, 9))
+def test_shards_cover_every_batch_once_and_evenly(batch, size):
+    parts = [distributed.shard(batch, r, size) for r in range(size)]
+    assert parts[0][0] == 0 and sum(n for _, n in parts) == batch
+    for (lo, n), (lo2, _) in zip(parts, parts[1:]):
+        assert lo + n == lo2  # contiguous, in rank order
+    assert max(n for _, n in parts) - min(n for _, n in parts) <= 1
+    assert parts[0][1] >= 1  # rank 0 (which reports the loss) always has a sample
+
+
+def test_missing_mpi4py_is_a_config_error_with_the_install_hint(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # makes `from mpi4py import MPI` raise ImportError
+    with pytest.raises(ConfigError, match=r"layerlab\[mpi\]"):
+        distributed.load_mpi()
+
+
+def _weights(path):
+    with np.load(path) as f:
+        return {k: f[k] for k in f.files}
+
+
+def _max_diff(a, b):
+    assert a.keys() == b.keys()
+    return max(float(np.abs(a[k].astype(np.float64) - b[k]).max()) for k in a)
+
+
+def _jsonl(proc):
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+@needs_mpi
+@pytest.mark.parametrize("config,extra", [("net-1h", ["--lr", "0.5", "--momentum", "0.9"]),
+                                          ("cnn", ["--momentum", "0.5"])])
+def test_two_ranks_end_with_one_ranks_weights(tmp_path, config, extra):
+    one, two = tmp_path / "one.npz", tmp_path / "two.npz"
+    args = ["train", config, "--arch", "cpu-serial", "--epochs", "2", *SMALL, *extra]
+    ref = layerlab(*args, "--save-weights", one, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    proc = layerlab(*args, "--save-weights", two, "--ranks", "2", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    w1, w2 = _weights(one), _weights(two)
+    assert any(np.abs(w).max() > 0 for w in w2.values())
+    assert _max_diff(w1, w2) < 1e-5
+
+
+@needs_mpi
+def test_three_oversubscribed_ranks_with_adam_match_one(tmp_path):
+    args = ["train", "quadrant", "--arch", "cpu-serial", "--epochs", "3", "--optimizer", "adam", "--lr", "0.01",
+            "--batch-size", "50", "--limit", "331", "--quiet"]
+    ref = layerlab(*args, "--save-weights", tmp_path / "one.npz", timeout=300)
+    proc = layerlab(*args, "--save-weights", tmp_path / "three.npz", "--ranks", "3", timeout=300)
+    assert ref.returncode == 0 and proc.returncode == 0, proc.stderr
+    assert _max_diff(_weights(tmp_path / "one.npz"), _weights(tmp_path / "three.npz")) < 1e-5
+
+
+@needs_mpi
+def test_rank_zero_reports_every_rank_and_the_communication_share(tmp_path):
+    proc = layerlab("train", "quadrant", "--arch", "cpu-serial", "--epochs", "2", "--limit", "301",
+                    "--batch-size", "40", "--jsonl", "-", "--ranks", "2", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    events = _jsonl(proc)  # only rank 0 writes: a second rank's lines would break the sequence below
+    assert [e["event"] for e in events if e["event"] != "step"] == \
+        ["run_started", "epoch_end", "epoch_end", "run_finished"]
+    start = events[0]
+    assert start["ranks"] == 2 and len(start["rank_devices"]) == 2
+    for end in (e for e in events if e["event"] == "epoch_end"):
+        ranks = end["ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+        assert sum(r["samples"] for r in ranks) == start["train_samples"]  # every sample once, on one rank
+        assert abs(ranks[0]["samples"] - ranks[1]["samples"]) <= start["steps_per_epoch"]
+        assert all(0 < r["comm_s"] < r["epoch_s"] for r in ranks)
+        assert 0 < end["comm_share"] < 1
+        assert any(t["name"] == "allreduce" and t["fwd_ms"] > 0 for t in end["timings"])
+    steps = [e for e in events if e["event"] == "step"]
+    assert steps and all(0 <= e["comm_share"] < 1 for e in steps)
+
+
+@needs_mpi
+def test_a_distributed_run_resumes_from_its_checkpoint(tmp_path):
+    """Checkpoint mid-epoch under two ranks (rank 0 writes), resume under two ranks: the same weights as one
+    uninterrupted single-process run."""
+    ck = tmp_path / "run.ckpt.npz"
+    base = ["train", "net-1h", "--arch", "cpu-serial", "--lr", "0.5", "--momentum", "0.9", *SMALL]
+    ref = layerlab(*base, "--epochs", "2", "--save-weights", tmp_path / "ref.npz", timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    # 9 steps an epoch, a checkpoint every 4: the last one written is step 8, one step before the epoch ends.
+    first = layerlab(*base, "--epochs", "1", "--checkpoint", ck, "--checkpoint-every", "4", "--ranks", "2",
+                     timeout=300)
+    assert first.returncode == 0, first.stderr
+    second = layerlab(*base, "--epochs", "2", "--resume", ck, "--save-weights", tmp_path / "resumed.npz",
+                      "--ranks", "2", timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert _max_diff(_weights(tmp_path / "ref.npz"), _weights(tmp_path / "resumed.npz")) < 1e-5
+
+
+@needs_mpi
+@pytest.mark.parametrize("args,code,needle", [
+    (["--batch-size", "1"], 2, "train.batch_size 1 is smaller than the 2 ranks"),
+    (["--lr", "1e38", "--momentum", "0.99"], 3, "diverged"),
+    (["--data", "/no/such/dir"], 2, "/no/such/dir"),
+])
+def test_failures_end_every_rank_with_one_line_and_the_exit_code(args, code, needle):
+    proc = layerlab("train", "quadrant", "--arch", "cpu-serial", "--epochs", "3", *args, "--ranks", "2",
+                    timeout=300)
+    assert proc.returncode == code, proc.stderr
+    one_line_error(proc, needle)  # said once, by rank 0, though every rank saw it
+
+
+def test_ranks_must_be_positive():
+    proc = layerlab("train", "quadrant", "--ranks", "0")
+    assert proc.returncode == 2
+    one_line_error(proc, "--ranks 0 must be at least 1")
+
+
+@needs_mpi
+@pytest.mark.gpu
+def test_two_ranks_on_cuda_end_with_one_ranks_weights(tmp_path):
+    args = ["train", "cnn", "--arch", "cuda", "--epochs", "2", *SMALL, "--momentum", "0.5"]
+    ref = layerlab(*args, "--save-weights", tmp_path / "one.npz", timeout=300)
+    proc = layerlab(*args, "--save-weights", tmp_path / "two.npz", "--ranks", "2", "--jsonl", tmp_path / "e.jsonl",
+                    timeout=300)
+    assert ref.returncode == 0 and proc.returncode == 0, proc.stderr
+    assert _max_diff(_weights(tmp_path / "one.npz"), _weights(tmp_path / "two.npz")) < 1e-5
+    started = json.loads((tmp_path / "e.jsonl").read_text().splitlines()[0])
+    assert started["arch"] == "cuda" and started["ranks"] == 2
+
+
+def test_mpiexec_is_found_beside_the_interpreter(tmp_path, monkeypatch):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "mpiexec").write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "executable", str(fake / "python"))
+    assert find_mpiexec() == str(fake / "mpiexec")
