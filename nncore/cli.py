@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     dist = t.add_mutually_exclusive_group()
     dist.add_argument("--distributed", action="store_true",
                       help="be one rank of a data-parallel run (start under mpiexec -n N)")
-    dist.add_argument("--ranks", type=int, metavar="N", help="run N data-parallel ranks: starts mpiexec itself")
+    dist.add_argument("--ranks", type=int, metavar="N",
+                      help="run N data-parallel ranks (default: the config's train.ranks): starts mpiexec itself")
     sub.add_parser("archs", help="which backends work here, and why not")
     b = sub.add_parser("bench", help="benchmark the seed workloads, side by side with PyTorch where installed")
     b.add_argument("--workloads", default="net-1h,net-2h,cnn32,cnn64,cnn256",
@@ -120,12 +121,26 @@ def find_mpiexec() -> str | None:
     return str(here) if here.exists() else shutil.which("mpiexec")
 
 
-def _launch_ranks(args, argv: list[str]) -> int:
-    """``--ranks N``: run this same command as N ranks under mpiexec and pass its exit code on."""
+def _ranks_wanted(args) -> int | None:
+    """How many ranks to launch: --ranks, else the config's train.ranks when above 1, else None (train here)."""
+    if args.distributed:
+        return None
+    if args.ranks is not None:
+        return args.ranks
+    try:
+        ranks = _config(args).train["ranks"]
+    except LayerlabError:
+        return None  # _train reports it
+    return ranks if ranks > 1 else None
+
+
+def _launch_ranks(args, argv: list[str], ranks: int) -> int:
+    """``--ranks N`` (or train.ranks = N): run this same command as N ranks under mpiexec and pass its exit
+    code on."""
     from nncore.distributed import INSTALL_HINT, load_mpi
 
-    if args.ranks < 1:
-        print(f"layerlab: error: --ranks {args.ranks} must be at least 1", file=sys.stderr)
+    if ranks < 1:
+        print(f"layerlab: error: --ranks {ranks} must be at least 1", file=sys.stderr)
         return EXIT_CONFIG
     mpiexec = find_mpiexec()
     try:
@@ -144,7 +159,7 @@ def _launch_ranks(args, argv: list[str]) -> int:
             skip = True
         elif not a.startswith("--ranks="):
             rest.append(a)
-    cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "nncore.cli", *rest, "--distributed"]
+    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "nncore.cli", *rest, "--distributed"]
     # Ctrl-C reaches mpiexec, which passes it to the ranks; this process only waits for their verdict. (A
     # handler, not SIG_IGN: an ignored signal would stay ignored in mpiexec too.)
     previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
@@ -246,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "archs":
             return _archs()
         if args.command == "train":
-            return _launch_ranks(args, argv) if args.ranks is not None else _train(args)
+            ranks = _ranks_wanted(args)
+            return _launch_ranks(args, argv, ranks) if ranks is not None else _train(args)
     except KeyboardInterrupt:
         print("layerlab: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -6,6 +6,7 @@ file leaves out; ``model.input`` may be left out, and is then taken from the dat
 from __future__ import annotations
 
 import copy
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ TRAIN_FIELDS = {
     "momentum": (0.0, _FRAC), "weight_decay": (0.0, _NONNEG),
     "seed": (0, _NONNEG_INT), "shuffle": (True, _BOOL), "arch": ("cpu-parallel", _STR),
     "threads": (None, _INT), "timing_every": (10, _INT), "log_every": (0, _NONNEG_INT),
+    "ranks": (1, _INT),  # data-parallel MPI ranks (`layerlab train` starts mpiexec when above 1)
 }
 DATA_FIELDS = {
     "dataset": (None, _STR), "path": (None, _STR), "samples": (1000, _INT), "noise": (0.0, _FRAC),
@@ -99,8 +101,13 @@ def load_config(path) -> RunConfig:
     if not p.exists() and not p.suffix and (CONFIG_DIR / f"{p}.toml").exists():
         p = CONFIG_DIR / f"{p}.toml"
     try:
-        with open(p, "rb") as fh:
-            doc = tomllib.load(fh)
+        if p.suffix == ".json":  # what the app hands to `layerlab train` for a distributed run
+            doc = json.loads(p.read_text(encoding="utf-8"))
+            if not isinstance(doc, dict):
+                raise ConfigError(f"{p}: a config must be a JSON object")
+        else:
+            with open(p, "rb") as fh:
+                doc = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
     except IsADirectoryError:
@@ -109,6 +116,8 @@ def load_config(path) -> RunConfig:
         raise ConfigError(f"{p}: cannot read ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: invalid TOML ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{p}: invalid JSON ({exc})") from None
     unknown = sorted(set(doc) - {"model", "data", "train", "name", "description"})
     if unknown:
         raise ConfigError(f"{p}: unknown table or field {unknown[0]!r} (allowed: model, data, train)")

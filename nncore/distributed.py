@@ -7,7 +7,7 @@ ranks outnumber GPUs) through ``CUDA_VISIBLE_DEVICES`` before the runtime starts
 Each global batch of B samples is cut into contiguous shards of B // N or B // N + 1 samples, the larger ones
 on the lower ranks. Every rank computes its shard's mean-loss gradient into the network's flat gradient
 buffer, scales it by shard / B, and one ``Allreduce`` (sum) over that buffer, staged through host memory,
-gives every rank the whole batch's gradient: each then takes the identical optimizer step, so the weights
+gives every rank the whole batch's gradient (the host copies are direct: see ``_Staging``): each then takes the identical optimizer step, so the weights
 stay equal on all ranks without ever being sent. One extra element of the reduced buffer carries stop
 requests, so a stop asked of any rank ends every rank after the same step. Divergence checks, the epoch's
 loss sum and the per-rank timing are small collectives at points every rank reaches in the same order;
@@ -66,6 +66,73 @@ def _visible_gpus() -> list[str]:
         return []
 
 
+class _Staging:
+    """Copies a flat f32 ndarray to and from a host buffer directly: a memcpy on the CPU, the CUDA driver's
+    synchronous copies (with the host buffer page-locked) on a GPU. Taichi's own ``to_numpy``/``from_numpy``
+    run a kernel over a temporary device copy of the host array, copied both ways, each time; they remain the
+    fallback where the direct route is not available."""
+
+    def __init__(self, arr, host: np.ndarray):
+        import ctypes
+
+        from .runtime import ti
+
+        self.arr, self.host, self.nbytes = arr, host, arr.shape[0] * 4
+        self.direct, self._cuda = False, None
+        try:
+            self.ptr = int(ti.lang.impl.get_runtime().prog.get_ndarray_data_ptr_as_int(arr.arr))
+        except Exception:  # an internal Taichi entry point: fall back if it ever goes
+            return
+        if runtime.current().arch == "cuda":
+            try:
+                cuda = ctypes.CDLL("libcuda.so.1")
+            except OSError:
+                return
+            for name, args in (("cuMemcpyDtoH_v2", (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t)),
+                               ("cuMemcpyHtoD_v2", (ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t)),
+                               ("cuMemHostRegister_v2", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint))):
+                getattr(cuda, name).argtypes = args
+            cuda.cuMemHostUnregister.argtypes = (ctypes.c_void_p,)
+            self._cuda = cuda
+            # Page-locked if it can be (faster copies); undone when this goes.
+            self._pinned = cuda.cuMemHostRegister_v2(host.ctypes.data, host.nbytes, 0) == 0
+            # Prove the route once (a current context, a device pointer) before trusting it.
+            probe = arr.to_numpy()
+            self.direct = True
+            self.down()
+            if self.direct:
+                self.direct = bool(np.array_equal(host[:arr.shape[0]], probe))
+        else:
+            self._memmove = ctypes.memmove
+            self.direct = True
+
+    def __del__(self):
+        if self._cuda is not None and getattr(self, "_pinned", False):
+            self._cuda.cuMemHostUnregister(self.host.ctypes.data)
+
+    def down(self) -> None:
+        n = self.arr.shape[0]
+        if not self.direct:
+            self.host[:n] = self.arr.to_numpy()
+        elif self._cuda is not None:
+            if self._cuda.cuMemcpyDtoH_v2(self.host.ctypes.data, self.ptr, self.nbytes) != 0:
+                self.direct = False
+                self.down()
+        else:
+            self._memmove(self.host.ctypes.data, self.ptr, self.nbytes)
+
+    def up(self) -> None:
+        n = self.arr.shape[0]
+        if not self.direct:
+            self.arr.from_numpy(self.host[:n])
+        elif self._cuda is not None:
+            if self._cuda.cuMemcpyHtoD_v2(self.ptr, self.host.ctypes.data, self.nbytes) != 0:
+                self.direct = False
+                self.up()
+        else:
+            self._memmove(self.ptr, self.host.ctypes.data, self.nbytes)
+
+
 class Cluster:
     """This process's place among the ranks, and the collectives training needs."""
 
@@ -79,7 +146,7 @@ class Cluster:
         self.host = socket.gethostname()
         self.gpu: str | None = None
         self.comm_s = 0.0  # communication seconds since reset()
-        self._buf: np.ndarray | None = None
+        self._staging: _Staging | None = None
 
     @property
     def is_root(self) -> bool:
@@ -106,16 +173,19 @@ class Cluster:
     def allreduce_grads(self, grads, scale: float, stop: bool) -> bool:
         """Sum ``scale * grads`` over the ranks into ``grads`` (a flat f32 ndarray); True if any rank asked to
         stop. Times itself from after a device sync, so the time is communication (and waiting) only."""
+        if self.size == 1:  # nothing to sum: no host round trip either
+            return stop
         runtime.sync()
         t0 = time.perf_counter()
         n = grads.shape[0]
-        if self._buf is None or len(self._buf) != n + 1:
-            self._buf = np.empty(n + 1, np.float32)
-        buf = self._buf
-        np.multiply(grads.to_numpy(), np.float32(scale), out=buf[:n])
+        if self._staging is None or self._staging.arr is not grads:
+            self._staging = _Staging(grads, np.zeros(n + 1, np.float32))
+        buf = self._staging.host
+        self._staging.down()
+        buf[:n] *= np.float32(scale)
         buf[n] = 1.0 if stop else 0.0
         self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
-        grads.from_numpy(buf[:n])
+        self._staging.up()
         self.comm_s += time.perf_counter() - t0
         return bool(buf[n] > 0)
 

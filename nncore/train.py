@@ -153,6 +153,8 @@ class Trainer:
         self.rng = np.random.default_rng(tr["seed"])
         resolved = self.cfg.to_dict()
         resolved["model"] = net.spec()
+        if self.cluster is not None:
+            resolved["train"] = {**resolved["train"], "ranks": self.cluster.size}
         resolved["data"] = {**dc, "dataset": ds.name if dc["path"] is None else None}
         return RunStarted(resolved, info.arch, info.threads, info.device, net.n_params, net.summary(1),
                           n, len(ds.x_test), self.steps_per_epoch, time.perf_counter() - t0)

@@ -6,7 +6,7 @@ share (gradient all-reduce with its host staging, and waiting for slower ranks).
 warm-up (kernel compilation), so use at least 2 epochs; figures are medians over the epochs after the first.
 
     python scripts/dist_scaling.py --arch cpu-serial --ranks 1,2 --configs net-1h,cnn --batch 256,1000
-    python scripts/dist_scaling.py --arch cuda --ranks 1,2,4 --out results.json
+    python scripts/dist_scaling.py --arch cuda --ranks 1,2,4 --configs cnn --filters 256 --batch 1000
 """
 from __future__ import annotations
 
@@ -19,9 +19,26 @@ import tempfile
 from pathlib import Path
 
 
-def run_one(config: str, arch: str, ranks: int, batch: int, epochs: int, extra: list[str]) -> dict:
+def _with_filters(config: str, filters: int, tmp: str) -> str:
+    """The config with every Conv2D's out_channels set to ``filters`` (the bench's cnn32/cnn64/cnn256), as a
+    JSON config file."""
+    from nncore.config import load_config
+
+    cfg = load_config(config)
+    model = dict(cfg.model)
+    model["layers"] = [{**l, "out_channels": filters} if l.get("type") == "Conv2D" else l for l in model["layers"]]
+    path = Path(tmp) / f"{Path(config).stem}{filters}.json"
+    path.write_text(json.dumps({"model": model, "data": cfg.data, "train": cfg.train}))
+    return str(path)
+
+
+def run_one(config: str, arch: str, ranks: int, batch: int, epochs: int, extra: list[str],
+            filters: int | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         events = Path(tmp) / "events.jsonl"
+        name = config
+        if filters:
+            config, name = _with_filters(config, filters, tmp), f"{config}{filters}"
         cmd = [sys.executable, "-m", "nncore.cli", "train", config, "--arch", arch, "--batch-size", str(batch),
                "--epochs", str(epochs), "--jsonl", str(events), "--quiet", "--ranks", str(ranks), *extra]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
@@ -32,7 +49,7 @@ def run_one(config: str, arch: str, ranks: int, batch: int, epochs: int, extra: 
     start = lines[0]
     rate = statistics.median(e["samples_per_s"] for e in epochs_)
     share = statistics.median(e["comm_share"] for e in epochs_)
-    return {"config": config, "arch": arch, "ranks": ranks, "batch": batch, "samples_per_s": rate,
+    return {"config": name, "arch": arch, "ranks": ranks, "batch": batch, "samples_per_s": rate,
             "comm_share": share, "devices": start.get("rank_devices", []), "test_acc": epochs_[-1]["test_acc"],
             "epochs_measured": len(epochs_)}
 
@@ -44,6 +61,7 @@ def main() -> int:
     p.add_argument("--configs", default="net-1h,cnn")
     p.add_argument("--batch", default="256,1000")
     p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--filters", type=int, help="set every Conv2D's out_channels (e.g. 256 for cnn256)")
     p.add_argument("--out", help="write the rows as JSON here")
     p.add_argument("extra", nargs="*", help="more `layerlab train` arguments (after --)")
     a = p.parse_args()
@@ -53,11 +71,11 @@ def main() -> int:
         for batch in map(int, a.batch.split(",")):
             base = None
             for ranks in map(int, a.ranks.split(",")):
-                row = run_one(config, a.arch, ranks, batch, a.epochs, a.extra)
+                row = run_one(config, a.arch, ranks, batch, a.epochs, a.extra, a.filters)
                 base = base or row["samples_per_s"]
                 row["speedup"] = row["samples_per_s"] / base
                 rows.append(row)
-                print(f"{config:<8} {batch:>6} {ranks:>5} {row['samples_per_s']:>11,.0f} {row['speedup']:>7.2f}x "
+                print(f"{row['config']:<8} {batch:>6} {ranks:>5} {row['samples_per_s']:>11,.0f} {row['speedup']:>7.2f}x "
                       f"{100 * row['comm_share']:>5.1f}%", flush=True)
     if a.out:
         Path(a.out).write_text(json.dumps(rows, indent=1))

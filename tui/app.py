@@ -16,7 +16,7 @@ from textual.widgets import Button, Footer, Header, TabbedContent, TabPane
 from nncore.config import RunConfig, load_config, preset_configs
 from nncore.errors import ConfigError
 from nncore.runtime import available_archs
-from tui.child import RunHandle, sweep_main
+from tui.child import RunHandle, distributed_main, sweep_main
 from tui.panes.analysis import AnalysisPane
 from tui.panes.model import EMPTY, ModelPane
 from tui.panes.runs import RunsPane
@@ -159,15 +159,19 @@ class LayerlabApp(App):
     def start_run(self, cfg: dict, name: str) -> None:
         tr = cfg["train"]
         self.current = RunRecord(name, tr["arch"], tr["threads"] or 0, tr["batch_size"], 0, config=cfg,
-                                 spec_key=spec_key(cfg["model"]))
+                                 spec_key=spec_key(cfg["model"]), ranks=tr.get("ranks", 1))
         self.runs.append(self.current)
-        self.handle = RunHandle(cfg)
+        self.handle = RunHandle(cfg, target=distributed_main if self.current.ranks > 1 else None)
         self.paused, self.steps_total, self.started_at = False, 0, time.monotonic()
         self.query_one(TrainPane).reset()
         self.query_one(TabbedContent).active = "train"
         self._update_controls("starting a training process…")
 
     def action_pause(self) -> None:
+        if self.handle is not None and self.current is not None and self.current.ranks > 1:
+            self.notify("a distributed run cannot pause: its ranks step together; stop it instead",
+                        severity="warning")
+            return
         if self.handle is not None:
             self.paused = not self.paused
             self.handle.send("pause" if self.paused else "resume")
@@ -329,7 +333,10 @@ class LayerlabApp(App):
                 text = "a setting is invalid: see the Data & training view"
             else:
                 text = "ready: press s to start"
-        self.query_one(TrainPane).set_state(text, running, self.paused, can_start)
+        distributed = running and self.current is not None and self.current.ranks > 1
+        if distributed and text.startswith("training on"):
+            text += f" × {self.current.ranks} ranks"
+        self.query_one(TrainPane).set_state(text, running, self.paused, can_start, pausable=not distributed)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         {"start": self.action_start, "pause": self.action_pause, "step": self.action_step,

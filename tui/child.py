@@ -5,6 +5,10 @@ trains in one of its own threads: it spawns a process (multiprocessing, spawn) p
 JSON line per event; the parent polls the pipe without blocking. Commands go the other way: pause, resume,
 step (one step while paused), stop. For 2-D datasets the child also sends the decision boundary, a grid of
 predicted probabilities, at the start and after every epoch.
+
+A distributed run (train.ranks > 1) is `layerlab train` under mpiexec instead: the child starts it, relays
+rank 0's JSON lines and turns "stop" into the Ctrl-C that mpiexec passes to every rank. Pausing is not offered
+there (the ranks step together through their collectives).
 """
 from __future__ import annotations
 
@@ -100,6 +104,60 @@ def child_main(cfg: dict, conn: Connection, boundary: bool) -> None:
         trainer.run()
     except Exception as exc:  # anything the trainer did not turn into RunFailed
         conn.send(RunFailed(f"{type(exc).__name__}: {exc}".splitlines()[0], 1).to_json())
+    finally:
+        conn.close()
+
+
+def distributed_main(cfg: dict, conn: Connection) -> None:
+    """Entry point of a distributed run's relay process."""
+    import signal
+    import subprocess
+    import tempfile
+    import threading
+
+    _silence_stdio()
+    from nncore.cli import find_mpiexec
+    from nncore.events import RunFailed
+
+    ranks = cfg["train"]["ranks"]
+    final = threading.Event()
+    try:
+        with tempfile.TemporaryDirectory(prefix="layerlab-") as tmp:
+            path = os.path.join(tmp, "run.json")
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump({k: cfg[k] for k in ("model", "data", "train")}, fh)
+            cmd = [find_mpiexec() or "mpiexec", "-n", str(ranks), sys.executable, "-m", "nncore.cli", "train",
+                   path, "--distributed", "--jsonl", "-", "--quiet"]
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+            errors: list[str] = []
+            err_reader = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)
+            err_reader.start()
+
+            def relay():
+                for line in proc.stdout:
+                    if line.startswith("{"):
+                        conn.send(line.strip())
+                        if '"event":"run_finished"' in line or '"event":"run_failed"' in line:
+                            final.set()
+
+            reader = threading.Thread(target=relay, daemon=True)
+            reader.start()
+            stopping = False
+            while proc.poll() is None:
+                if conn.poll(0.1) and conn.recv() == "stop" and not stopping:
+                    stopping = True
+                    proc.send_signal(signal.SIGINT)  # mpiexec hands it to every rank: they stop together
+            reader.join(5)
+            err_reader.join(1)
+            if not final.is_set():
+                said = [e.strip() for e in errors if e.strip() and not e.startswith("[mpiexec")]
+                why = said[-1] if said else f"mpiexec exited with code {proc.returncode}"
+                conn.send(RunFailed(f"distributed run over {ranks} ranks failed: {why}", proc.returncode or 1)
+                          .to_json())
+    except Exception as exc:  # mpiexec missing, a pipe gone: one line back to the app
+        if not final.is_set():
+            conn.send(RunFailed(f"{type(exc).__name__}: {exc}".splitlines()[0], 1).to_json())
     finally:
         conn.close()
 

@@ -143,6 +143,7 @@ class RunRecord:
     speedup: float | None = None
     config: dict = field(default_factory=dict, repr=False)
     spec_key: str = field(default="", repr=False)
+    ranks: int = 1  # MPI ranks of a distributed run
 
     def row(self) -> dict:
         d = asdict(self)
@@ -159,12 +160,12 @@ def spec_key(model: dict) -> str:
 def update_speedups(runs: list[RunRecord]) -> None:
     """Speedup of each run over the latest cpu-serial run of the same network and batch size."""
     for run in runs:
-        base = next((r for r in reversed(runs) if r.arch == "cpu-serial" and r.spec_key == run.spec_key
-                     and r.batch == run.batch and r.samples_per_s), None)
+        base = next((r for r in reversed(runs) if r.arch == "cpu-serial" and r.ranks == 1
+                     and r.spec_key == run.spec_key and r.batch == run.batch and r.samples_per_s), None)
         run.speedup = run.samples_per_s / base.samples_per_s if base and run.samples_per_s else None
 
 
-COLUMNS = ["network", "arch", "threads", "batch", "epochs", "test_acc", "s_per_epoch", "samples_per_s", "speedup",
+COLUMNS = ["network", "arch", "threads", "ranks", "batch", "epochs", "test_acc", "s_per_epoch", "samples_per_s", "speedup",
            "status"]
 
 

@@ -200,7 +200,7 @@ async def test_rerun_on_the_next_backend(fixed_env, monkeypatch):
     started = []
 
     class FakeHandle:  # records the config instead of spawning a process
-        def __init__(self, cfg, boundary=True):
+        def __init__(self, cfg, boundary=True, target=None):
             started.append(cfg)
             self.finished = self.closed = False
 
@@ -312,3 +312,52 @@ async def test_open_and_save_prompts_answer_bad_paths_in_place(fixed_env, tmp_pa
         await pilot.press("enter")
         await wait_for(pilot, lambda: (tmp_path / "mine.toml").exists())
         assert not isinstance(app.screen, PathScreen)
+
+
+needs_mpi = pytest.mark.skipif(__import__("tui.panes.settings", fromlist=["mpi_missing"]).mpi_missing() is not None,
+                               reason="MPI (mpi4py and mpiexec) is not installed here")
+
+
+@needs_mpi
+async def test_a_distributed_run_shows_every_rank_and_stops_them_all(fixed_env):
+    from tui.widgets.timing import RankBars
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        seen = recording(app)
+        assert app.query_one("#settings-pane").set_arch("cpu-serial")
+        app.query_one("#ranks", Input).value = "2"
+        app.query_one("#epochs", Input).value = "200"
+        await wait_for(pilot, lambda: app.settings_ok)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: any(m["event"] == "epoch_end" for m in seen), 120)
+        await pilot.pause(0.1)
+        started = next(m for m in seen if m["event"] == "run_started")
+        assert started["ranks"] == 2
+        epoch = [m for m in seen if m["event"] == "epoch_end"][-1]
+        bars = app.query_one(RankBars)
+        assert [r["rank"] for r in bars.ranks] == [0, 1] and bars.ranks == epoch["ranks"]
+        assert 0 < bars.share == epoch["comm_share"] < 1
+        assert app.query_one("#pause", Button).disabled  # ranks step together: no pausing
+        assert "× 2 ranks" in str(app.query_one("#run-state").render())
+        await pilot.press("x")  # Ctrl-C through mpiexec to both ranks
+        await wait_for(pilot, lambda: app.handle is None, 60)
+        assert app.runs[0].status == "stopped" and app.runs[0].ranks == 2
+        await pilot.press("4")
+        row = [str(c) for c in app.query_one("#runs-table", DataTable).get_row_at(0)]
+        assert row[1:4] == ["cpu-serial", "1", "2"]  # arch, threads, ranks
+
+
+async def test_ranks_without_mpi_are_refused_in_place(fixed_env, monkeypatch):
+    import tui.panes.settings as settings
+
+    monkeypatch.setattr(settings, "mpi_missing", lambda: "mpi4py is not installed; pip install 'layerlab[mpi]'")
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#ranks", Input).value = "3"
+        await wait_for(pilot, lambda: app.query_one("#settings-pane").error is not None)
+        assert app.query_one("#ranks", Input).has_class("error")
+        assert "train.ranks 3: mpi4py is not installed" in app.query_one("#settings-pane").error
+        await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)
+        app.query_one("#ranks", Input).value = "1"  # one rank needs no MPI
+        await wait_for(pilot, lambda: app.query_one("#settings-pane").error is None)

@@ -24,8 +24,22 @@ NUMERIC = {  # field id -> (section, key, type)
     "test_ratio": ("data", "test_ratio", float), "val_ratio": ("data", "val_ratio", float),
     "lr": ("train", "lr", float), "momentum": ("train", "momentum", float),
     "batch_size": ("train", "batch_size", int), "epochs": ("train", "epochs", int),
-    "seed": ("train", "seed", int), "threads": ("train", "threads", int),
+    "seed": ("train", "seed", int), "threads": ("train", "threads", int), "ranks": ("train", "ranks", int),
 }
+
+
+def mpi_missing() -> str | None:
+    """Why a distributed run cannot start here, or None. Looks, without starting MPI in the app's process."""
+    import importlib.util
+
+    from nncore.cli import find_mpiexec
+    from nncore.distributed import INSTALL_HINT
+
+    if importlib.util.find_spec("mpi4py") is None:
+        return f"mpi4py is not installed; {INSTALL_HINT}"
+    if find_mpiexec() is None:
+        return f"no mpiexec found; {INSTALL_HINT}"
+    return None
 
 
 class SettingsPane(VerticalScroll):
@@ -53,9 +67,10 @@ class SettingsPane(VerticalScroll):
                 yield Input(id=key, classes="short")
             yield Label("optimizer")
             yield Select([("sgd", "sgd"), ("adam", "adam")], id="optimizer", allow_blank=False, value="sgd")
-            for key in ("lr", "momentum", "batch_size", "epochs", "seed", "threads"):
-                yield Label(key.replace("_", " "))
-                yield Input(id=key, classes="short", placeholder="all cores" if key == "threads" else "")
+            for key in ("lr", "momentum", "batch_size", "epochs", "seed", "threads", "ranks"):
+                yield Label(key.replace("_", " ") + (" (MPI)" if key == "ranks" else ""))
+                hint = {"threads": "all cores", "ranks": "1"}.get(key, "")
+                yield Input(id=key, classes="short", placeholder=hint)
         yield Label("backend")
         with RadioSet(id="backend"):
             for s in self.archs:
@@ -110,6 +125,8 @@ class SettingsPane(VerticalScroll):
         else:
             data["dataset"] = dataset
         cfg = RunConfig({}, data, train, source="settings")  # the same checks as a config file
+        if cfg.train["ranks"] > 1 and (why := mpi_missing()):
+            raise ConfigError(f"train.ranks {cfg.train['ranks']}: {why}")
         return ({k: v for k, v in cfg.data.items() if v != DATA_FIELDS[k][0] or k in data},
                 {k: v for k, v in cfg.train.items() if v != TRAIN_FIELDS[k][0] or k in train})
 

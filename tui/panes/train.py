@@ -6,7 +6,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Label, ProgressBar, Sparkline, Static
 
 from tui.widgets.boundary import BoundaryPlot
-from tui.widgets.timing import TimingBars
+from tui.widgets.timing import RankBars, TimingBars
 
 
 class TrainPane(Vertical):
@@ -28,6 +28,7 @@ class TrainPane(Vertical):
                 yield Sparkline([], id="test-loss")
                 yield Static("accuracy —", id="accuracy")
                 yield TimingBars(id="timings")
+                yield RankBars(id="rank-times")
             yield BoundaryPlot(id="boundary")
 
     def reset(self, steps_total: int | None = None) -> None:
@@ -41,11 +42,12 @@ class TrainPane(Vertical):
         self.query_one("#progress", ProgressBar).update(total=steps_total, progress=0)
         self.query_one("#progress-label", Static).update("")
         self.query_one("#boundary", BoundaryPlot).clear()
+        self.query_one("#rank-times", RankBars).clear()
 
-    def set_state(self, text: str, running: bool, paused: bool, can_start: bool) -> None:
+    def set_state(self, text: str, running: bool, paused: bool, can_start: bool, pausable: bool = True) -> None:
         self.query_one("#run-state", Static).update(text)
         self.query_one("#start", Button).disabled = running or not can_start
-        self.query_one("#pause", Button).disabled = not running
+        self.query_one("#pause", Button).disabled = not (running and pausable)
         self.query_one("#pause", Button).label = "Resume [p]" if paused else "Pause [p]"
         self.query_one("#step", Button).disabled = not (running and paused)
         self.query_one("#stop", Button).disabled = not running
@@ -55,8 +57,9 @@ class TrainPane(Vertical):
         self.query_one("#train-loss", Sparkline).data = list(self.train_losses)  # replaced, not mutated
         self.query_one("#progress", ProgressBar).update(total=steps_total, progress=msg["step"])
         left = (steps_total - msg["step"]) * (now - started_at) / max(msg["step"], 1)
+        comm = f" · comm {100 * msg['comm_share']:.0f}%" if msg.get("comm_share") is not None else ""
         self.query_one("#progress-label", Static).update(
-            f"epoch {msg['epoch']} · step {msg['step']}/{steps_total} · {msg['samples_per_s']:,.0f} samples/s · "
+            f"epoch {msg['epoch']} · step {msg['step']}/{steps_total} · {msg['samples_per_s']:,.0f} samples/s{comm} · "
             f"ETA {left:.0f}s")
 
     def on_epoch(self, msg: dict) -> None:
@@ -69,4 +72,6 @@ class TrainPane(Vertical):
             f"train loss {msg['train_loss']:.4f} · test loss {msg['test_loss']:.4f}")
         if msg.get("timings"):
             self.query_one("#timings", TimingBars).show(msg["timings"])
+        if msg.get("ranks"):
+            self.query_one("#rank-times", RankBars).show(msg["ranks"], msg.get("comm_share"))
         self.query_one("#progress", ProgressBar).update(progress=msg["steps"])

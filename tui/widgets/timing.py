@@ -1,4 +1,5 @@
-"""Per-layer timing bars: forward and backward ms, share of the step and GFLOP/s, from an epoch's timings."""
+"""Per-layer timing bars (forward and backward ms, share of the step, GFLOP/s) from an epoch's timings, and
+per-rank bars (computing and communicating) for distributed runs."""
 from __future__ import annotations
 
 from rich.table import Table
@@ -35,3 +36,38 @@ class TimingBars(Static):
             gf = f"{t['gflops']:.2f}" if t["gflops"] else ""
             table.add_row(name, bar, f"{t['fwd_ms'] + t['bwd_ms']:.3f}", f"{100 * t['share']:.1f}%", gf)
         return table
+
+
+class RankBars(Static):
+    """Fed the ``ranks`` list of a distributed run's epoch_end: each rank's epoch split into computing and
+    communicating (the gradient all-reduce, its host copies and waiting for slower ranks). Empty otherwise."""
+
+    DEFAULT_CSS = "RankBars { height: auto; }"
+
+    def __init__(self, **kwargs):
+        super().__init__("", **kwargs)
+        self.ranks: list[dict] = []
+        self.share: float | None = None
+
+    def clear(self) -> None:
+        self.ranks, self.share = [], None
+        self.update("")
+
+    def show(self, ranks: list[dict], share: float | None) -> None:
+        self.ranks, self.share = list(ranks), share
+        width = 18
+        table = Table(box=None, padding=(0, 1), expand=False, show_edge=False,
+                      title=f"ranks: {100 * (share or 0):.1f}% of their time communicating", title_justify="left")
+        for col, justify in (("rank", "left"), ("compute|comm", "left"), ("s", "right"), ("comm", "right"),
+                             ("samples", "right"), ("on", "left")):
+            table.add_column(col, justify=justify, no_wrap=True)
+        longest = max(max(r["epoch_s"] for r in ranks), 1e-12)
+        for r in ranks:
+            c = int(round(width * r["comm_s"] / longest))
+            w = int(round(width * r["epoch_s"] / longest)) - c
+            bar = Text("█" * w, style="green") + Text("█" * c, style="red") + Text("·" * max(0, width - w - c),
+                                                                                  style="dim")
+            table.add_row(str(r["rank"]), bar, f"{r['epoch_s']:.3f}",
+                          f"{100 * r['comm_s'] / max(r['epoch_s'], 1e-12):.1f}%", f"{r['samples']:,}",
+                          f"{r['host']}: {r['device']}")
+        self.update(table)
