@@ -20,6 +20,10 @@ EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_DIVERGED, EXIT_BACKEND, EXIT_INTERRUPTED 
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # --rank is not --ranks: options are spelled out
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # one line and exit 2, instead of usage + message
         self.exit(EXIT_CONFIG, f"{self.prog}: error: {message}\n")
 
@@ -137,19 +141,18 @@ def _ranks_wanted(args) -> int | None:
 def _launch_ranks(args, argv: list[str], ranks: int) -> int:
     """``--ranks N`` (or train.ranks = N): run this same command as N ranks under mpiexec and pass its exit
     code on."""
-    from nncore.distributed import INSTALL_HINT, load_mpi
+    from nncore.distributed import INSTALL_HINT
 
     if ranks < 1:
         print(f"layerlab: error: --ranks {ranks} must be at least 1", file=sys.stderr)
         return EXIT_CONFIG
+    import importlib.util
+
     mpiexec = find_mpiexec()
-    try:
-        if mpiexec is None:
-            raise ConfigError(f"--ranks needs mpiexec, found neither beside {sys.executable} nor on PATH; "
-                              f"{INSTALL_HINT}")
-        load_mpi()
-    except ConfigError as exc:
-        print(f"layerlab: error: {exc}", file=sys.stderr)
+    missing = "mpi4py is not installed" if importlib.util.find_spec("mpi4py") is None else \
+        None if mpiexec else f"no mpiexec beside {sys.executable} or on PATH"
+    if missing:  # (looked up without starting MPI in this process, which only launches)
+        print(f"layerlab: error: --ranks {ranks}: {missing}; {INSTALL_HINT}", file=sys.stderr)
         return EXIT_CONFIG
     rest, skip = [], False
     for a in argv:
@@ -160,26 +163,60 @@ def _launch_ranks(args, argv: list[str], ranks: int) -> int:
         elif not a.startswith("--ranks="):
             rest.append(a)
     cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "nncore.cli", *rest, "--distributed"]
+    # The ranks check that they are one job of this size: an mpiexec of another MPI than mpi4py's would start
+    # N separate one-rank runs instead.
+    env = {**os.environ, "LAYERLAB_RANKS": str(ranks)}
     # Ctrl-C reaches mpiexec, which passes it to the ranks; this process only waits for their verdict. (A
     # handler, not SIG_IGN: an ignored signal would stay ignored in mpiexec too.)
     previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
     try:
-        return subprocess.run(cmd).returncode
+        if args.jsonl != "-":
+            return subprocess.run(cmd, env=env).returncode
+        # JSON lines on stdout stay pure: mpiexec's own notes (its Ctrl-C messages) go to stderr.
+        with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) as proc:
+            for line in proc.stdout:
+                out = sys.stdout if line.startswith("{") else sys.stderr
+                out.write(line)
+                out.flush()
+        return proc.returncode
     finally:
         signal.signal(signal.SIGINT, previous)
 
 
+def _abort_ranks(code: int) -> None:
+    """In a rank of a distributed run, end the whole job (the other ranks may wait in a collective)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized() and mpi.COMM_WORLD.Get_size() > 1:
+        sys.stderr.flush()
+        mpi.COMM_WORLD.Abort(code)
+
+
 def _train(args) -> int:
+    interrupted, cluster = [], None
+
+    def on_sigint(signum, frame):
+        if interrupted:  # a second Ctrl-C: stop waiting for the step
+            raise KeyboardInterrupt
+        interrupted.append(True)
+        if cluster is None or cluster.is_root:
+            print("\nlayerlab: interrupted; finishing the current step", file=sys.stderr)
+
+    # First of all: a rank interrupted inside MPI's start-up must not leave the others waiting in it.
+    signal.signal(signal.SIGINT, on_sigint)
     from nncore.events import RunFailed
     from nncore.report import TextReporter
     from nncore.train import Trainer
 
-    cluster = None
     try:
         if args.distributed:
-            from nncore.distributed import Cluster
+            from nncore.distributed import INSTALL_HINT, Cluster
 
             cluster = Cluster()
+            want = os.environ.get("LAYERLAB_RANKS")
+            if want and want.isdigit() and int(want) != cluster.size:
+                raise ConfigError(f"mpiexec ({find_mpiexec()}) started {want} separate one-rank runs, not one run "
+                                  f"of {want} ranks: it belongs to another MPI than mpi4py's; {INSTALL_HINT}, or "
+                                  "name the right one in LAYERLAB_MPIEXEC")
         cfg = _config(args)
         # Fail before training, not after it, when the weights could not be written.
         for flag, path in (("--save-weights", args.save_weights), ("--checkpoint", args.checkpoint)):
@@ -192,16 +229,6 @@ def _train(args) -> int:
         if cluster is None or cluster.is_root:
             print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    interrupted = []
-
-    def on_sigint(signum, frame):
-        if interrupted:  # a second Ctrl-C: stop waiting for the step
-            raise KeyboardInterrupt
-        interrupted.append(True)
-        if cluster is None or cluster.is_root:
-            print("\nlayerlab: interrupted; finishing the current step", file=sys.stderr)
-
-    signal.signal(signal.SIGINT, on_sigint)
     root = cluster is None or cluster.is_root
     jsonl = None
     if args.jsonl and root:
@@ -265,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             return _launch_ranks(args, argv, ranks) if ranks is not None else _train(args)
     except KeyboardInterrupt:
         print("layerlab: interrupted", file=sys.stderr)
+        if getattr(args, "distributed", False):
+            _abort_ranks(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     _parser().print_help()
     return EXIT_CONFIG

@@ -60,10 +60,11 @@ def _visible_gpus() -> list[str]:
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [d for d in env.split(",") if d.strip()]
-    try:
-        return sorted(str(int(n[6:])) for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit())
+    try:  # device nodes keep the host's numbers in a container; CUDA numbers what it sees from 0
+        count = sum(1 for n in os.listdir("/dev") if n.startswith("nvidia") and n[6:].isdigit())
     except OSError:
         return []
+    return [str(i) for i in range(count)]
 
 
 class _Staging:
@@ -86,25 +87,39 @@ class _Staging:
         if runtime.current().arch == "cuda":
             try:
                 cuda = ctypes.CDLL("libcuda.so.1")
-            except OSError:
+                for name, args in (("cuMemcpyDtoH_v2", (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t)),
+                                   ("cuMemcpyHtoD_v2", (ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t)),
+                                   ("cuMemHostRegister_v2", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint)),
+                                   ("cuMemHostUnregister", (ctypes.c_void_p,))):
+                    getattr(cuda, name).argtypes = args
+            except (OSError, AttributeError):
                 return
-            for name, args in (("cuMemcpyDtoH_v2", (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t)),
-                               ("cuMemcpyHtoD_v2", (ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t)),
-                               ("cuMemHostRegister_v2", (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint))):
-                getattr(cuda, name).argtypes = args
-            cuda.cuMemHostUnregister.argtypes = (ctypes.c_void_p,)
             self._cuda = cuda
             # Page-locked if it can be (faster copies); undone when this goes.
             self._pinned = cuda.cuMemHostRegister_v2(host.ctypes.data, host.nbytes, 0) == 0
-            # Prove the route once (a current context, a device pointer) before trusting it.
-            probe = arr.to_numpy()
-            self.direct = True
-            self.down()
-            if self.direct:
-                self.direct = bool(np.array_equal(host[:arr.shape[0]], probe))
         else:
             self._memmove = ctypes.memmove
-            self.direct = True
+        self.direct = self._proven()
+
+    def _proven(self) -> bool:
+        """Try the direct route once on a known pattern (a current CUDA context, a real data pointer) before
+        trusting it; the ndarray's contents are put back either way."""
+        n = self.arr.shape[0]
+        saved = self.arr.to_numpy()
+        pattern = (np.arange(n, dtype=np.float32) % 251.0) - 125.5
+        self.arr.from_numpy(pattern)
+        self.direct = True
+        self.down()
+        ok = self.direct and np.array_equal(self.host[:n], pattern)
+        if ok:
+            self.host[:n] = saved
+            self.up()
+            ok = self.direct and np.array_equal(self.arr.to_numpy(), saved)
+        if not ok:
+            self.direct = False
+            self.arr.from_numpy(saved)
+        self.host[:n] = 0
+        return ok
 
     def __del__(self):
         if self._cuda is not None and getattr(self, "_pinned", False):
@@ -175,11 +190,11 @@ class Cluster:
         stop. Times itself from after a device sync, so the time is communication (and waiting) only."""
         if self.size == 1:  # nothing to sum: no host round trip either
             return stop
+        n = grads.shape[0]
+        if self._staging is None or self._staging.arr is not grads:  # once per run, outside the timing
+            self._staging = _Staging(grads, np.zeros(n + 1, np.float32))
         runtime.sync()
         t0 = time.perf_counter()
-        n = grads.shape[0]
-        if self._staging is None or self._staging.arr is not grads:
-            self._staging = _Staging(grads, np.zeros(n + 1, np.float32))
         buf = self._staging.host
         self._staging.down()
         buf[:n] *= np.float32(scale)
@@ -189,10 +204,12 @@ class Cluster:
         self.comm_s += time.perf_counter() - t0
         return bool(buf[n] > 0)
 
-    def max_ints(self, values: list[int]) -> list[int]:
-        out = np.array(values, np.int64)
-        self.comm.Allreduce(self.MPI.IN_PLACE, out, op=self.MPI.MAX)
-        return [int(v) for v in out]
+    def first_steps(self, values: list[int]) -> list[int]:
+        """Per entry, the smallest non-zero step any rank reported (0 where none did)."""
+        none = np.iinfo(np.int64).max
+        out = np.array([v if v else none for v in values], np.int64)
+        self.comm.Allreduce(self.MPI.IN_PLACE, out, op=self.MPI.MIN)
+        return [0 if v == none else int(v) for v in out]
 
     def sum_floats(self, values: list[float]) -> list[float]:
         out = np.array(values, np.float64)

@@ -159,14 +159,17 @@ class Trainer:
         return RunStarted(resolved, info.arch, info.threads, info.device, net.n_params, net.summary(1),
                           n, len(ds.x_test), self.steps_per_epoch, time.perf_counter() - t0)
 
-    def _setup_agreed(self) -> RunStarted:
-        """Set up; in a distributed run every rank then learns whether every other one could, so a failure on
-        one rank (its GPU, its memory) ends all of them with that rank's message instead of a hang."""
+    def _setup_agreed(self) -> tuple[RunStarted, int]:
+        """Set up (and restore a checkpoint); returns the start event and the sample offset to continue from.
+        In a distributed run every rank then learns whether every other one could, so a failure on one rank
+        (its GPU, its memory, its checkpoint) ends all of them with one message instead of a hang."""
         cl = self.cluster
         if cl is None:
-            return self._setup()
+            started = self._setup()
+            return started, self._restore() if self.resume else 0
         try:
             started, status = self._setup(), None
+            offset = self._restore() if self.resume else 0
         except LayerlabError as exc:
             started, status = None, (exc.exit_code, str(exc))
         where = f"{cl.host}: {started.device}" if started else None
@@ -176,7 +179,7 @@ class Trainer:
                 exc = RankFailed(st[1] if rank == cl.rank or rank == 0 else f"rank {rank}: {st[1]}", st[0])
                 exc.collective = True
                 raise exc
-        return dataclasses.replace(started, ranks=cl.size, rank_devices=[w for _, w in report])
+        return dataclasses.replace(started, ranks=cl.size, rank_devices=[w for _, w in report]), offset
 
     # -- steps ---------------------------------------------------------------------------------------------
     def _timed_step(self, ws, start: int, timer: _Timer, reduce=None) -> None:
@@ -189,7 +192,7 @@ class Trainer:
             check_finite(self.bad_w, self.net.params, self.step)  # weights too: a finite loss can hide them
         bad_w = int(self.bad_w.to_numpy()[0])
         if self.cluster is not None:  # every rank reaches this point: agree, so all stop together
-            bad, bad_w = self.cluster.max_ints([bad, bad_w])
+            bad, bad_w = self.cluster.first_steps([bad, bad_w])
         what = f"non-finite loss at step {bad}" if bad else f"non-finite weight by step {bad_w}"
         if bad or bad_w:
             exc = DivergedError(f"diverged: {what} (epoch {self.epoch}); "
@@ -246,7 +249,8 @@ class Trainer:
             if self.step == 1:
                 runtime.sync()
                 self.first_step_s = time.perf_counter() - t0
-            if self.step % self.log_every == 0 or self.log_next:
+            # (log_next is the app's single step; a distributed run has none: collectives follow from here)
+            if self.step % self.log_every == 0 or (self.log_next and cl is None):
                 self.log_next = False
                 self._check_diverged()
                 elapsed = max(time.perf_counter() - t0, 1e-9)
@@ -336,8 +340,8 @@ class Trainer:
         self.best, self.start_epoch = 0.0, 1
         last, stopped = None, False
         try:
-            self.emit(self._setup_agreed())
-            offset = self._restore() if self.resume else 0
+            started, offset = self._setup_agreed()
+            self.emit(started)
             for self.epoch in range(self.start_epoch, self.cfg.train["epochs"] + 1):
                 result = self._epoch(offset)  # polls should_stop before every step
                 offset = 0

@@ -19,6 +19,7 @@ import sys
 from multiprocessing.connection import Connection
 
 BOUNDARY_RES = (48, 32)  # columns, rows of the probability grid
+STOP_GRACE_S = 30.0  # a distributed run not ended this long after a stop is killed
 
 
 class _Controller:
@@ -108,19 +109,49 @@ def child_main(cfg: dict, conn: Connection, boundary: bool) -> None:
         conn.close()
 
 
+def _die_with_parent() -> None:
+    """In mpiexec, before it starts: if the relay is killed, mpiexec gets SIGTERM and ends its ranks."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _rank_error(lines: list[str], code: int | None) -> str:
+    """The line that says why a distributed run failed: a rank's own error rather than MPI's notes."""
+    said = [e.strip() for e in lines if e.strip()]
+    ours = [e for e in said if e.startswith("layerlab: error:")]
+    if ours:
+        return ours[-1].removeprefix("layerlab: error:").strip()
+    theirs = [e for e in said if not e.startswith(("[mpiexec", "Abort("))]
+    return theirs[-1] if theirs else f"mpiexec exited with code {code}"
+
+
 def distributed_main(cfg: dict, conn: Connection) -> None:
-    """Entry point of a distributed run's relay process."""
+    """Entry point of a distributed run's relay process: mpiexec runs the ranks, rank 0's JSON lines come
+    back. A stop is a Ctrl-C to mpiexec (every rank finishes the same step); a second stop, or one not obeyed
+    within STOP_GRACE_S, is mpiexec's forced abort; and mpiexec never outlives this process."""
     import signal
     import subprocess
     import tempfile
     import threading
+    import time
 
     _silence_stdio()
     from nncore.cli import find_mpiexec
     from nncore.events import RunFailed
 
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # so that `finally` cleans up
     ranks = cfg["train"]["ranks"]
-    final = threading.Event()
+    final, lock, proc = threading.Event(), threading.Lock(), None
+
+    def send(line: str) -> None:
+        with lock:
+            conn.send(line)
+
     try:
         with tempfile.TemporaryDirectory(prefix="layerlab-") as tmp:
             path = os.path.join(tmp, "run.json")
@@ -128,37 +159,53 @@ def distributed_main(cfg: dict, conn: Connection) -> None:
                 json.dump({k: cfg[k] for k in ("model", "data", "train")}, fh)
             cmd = [find_mpiexec() or "mpiexec", "-n", str(ranks), sys.executable, "-m", "nncore.cli", "train",
                    path, "--distributed", "--jsonl", "-", "--quiet"]
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
+            env = {**os.environ, "LAYERLAB_RANKS": str(ranks)}
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
             errors: list[str] = []
             err_reader = threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True)
             err_reader.start()
 
             def relay():
                 for line in proc.stdout:
-                    if line.startswith("{"):
-                        conn.send(line.strip())
-                        if '"event":"run_finished"' in line or '"event":"run_failed"' in line:
-                            final.set()
+                    try:
+                        kind = json.loads(line).get("event")
+                    except (ValueError, AttributeError):
+                        continue  # mpiexec's own notes
+                    send(line.strip())
+                    if kind in ("run_finished", "run_failed"):
+                        final.set()
 
             reader = threading.Thread(target=relay, daemon=True)
             reader.start()
-            stopping = False
+            stop_at = None
             while proc.poll() is None:
-                if conn.poll(0.1) and conn.recv() == "stop" and not stopping:
-                    stopping = True
-                    proc.send_signal(signal.SIGINT)  # mpiexec hands it to every rank: they stop together
+                if conn.poll(0.1) and conn.recv() == "stop":
+                    if stop_at is None:
+                        stop_at = time.monotonic()
+                        proc.send_signal(signal.SIGINT)  # mpiexec hands it to every rank: they stop together
+                    elif time.monotonic() - stop_at > 2:
+                        proc.send_signal(signal.SIGINT)  # the second Ctrl-C: mpiexec aborts the ranks
+                if stop_at is not None and time.monotonic() - stop_at > STOP_GRACE_S:
+                    proc.kill()
             reader.join(5)
             err_reader.join(1)
             if not final.is_set():
-                said = [e.strip() for e in errors if e.strip() and not e.startswith("[mpiexec")]
-                why = said[-1] if said else f"mpiexec exited with code {proc.returncode}"
-                conn.send(RunFailed(f"distributed run over {ranks} ranks failed: {why}", proc.returncode or 1)
-                          .to_json())
+                send(RunFailed(f"distributed run over {ranks} ranks failed: {_rank_error(errors, proc.returncode)}",
+                               proc.returncode or 1).to_json())
     except Exception as exc:  # mpiexec missing, a pipe gone: one line back to the app
         if not final.is_set():
-            conn.send(RunFailed(f"{type(exc).__name__}: {exc}".splitlines()[0], 1).to_json())
+            try:
+                send(RunFailed(f"{type(exc).__name__}: {exc}".splitlines()[0], 1).to_json())
+            except OSError:
+                pass
     finally:
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(3)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         conn.close()
 
 
@@ -215,6 +262,8 @@ class RunHandle:
                 if not self.conn.poll(0):
                     break
                 msg = json.loads(self.conn.recv())
+            except ValueError:
+                continue
             except (EOFError, OSError):
                 self.closed = True
                 break

@@ -150,12 +150,38 @@ def test_a_distributed_run_resumes_from_its_checkpoint(tmp_path):
     (["--batch-size", "1"], 2, "train.batch_size 1 is smaller than the 2 ranks"),
     (["--lr", "1e38", "--momentum", "0.99"], 3, "diverged"),
     (["--data", "/no/such/dir"], 2, "/no/such/dir"),
+    (["--resume", "/no/such/run.ckpt.npz"], 2, "/no/such/run.ckpt.npz"),  # read by every rank
 ])
 def test_failures_end_every_rank_with_one_line_and_the_exit_code(args, code, needle):
     proc = layerlab("train", "quadrant", "--arch", "cpu-serial", "--epochs", "3", *args, "--ranks", "2",
                     timeout=300)
     assert proc.returncode == code, proc.stderr
     one_line_error(proc, needle)  # said once, by rank 0, though every rank saw it
+
+
+@needs_mpi
+def test_ctrl_c_stops_every_rank_after_the_same_step_and_keeps_stdout_json(tmp_path):
+    """Ctrl-C from a terminal reaches the whole foreground group: the launcher, mpiexec and the ranks."""
+    import os
+    import signal
+    import subprocess
+
+    weights = tmp_path / "w.npz"
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "net-1h", "--arch", "cpu-serial",
+                             "--epochs", "50", "--jsonl", "-", "--save-weights", str(weights), "--ranks", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if '"event":"step"' in line:
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    lines += out.splitlines(keepends=True)
+    assert proc.returncode == 130, err
+    events = [json.loads(line) for line in lines]  # mpiexec's own notes went to stderr
+    assert events[-1]["event"] == "run_finished" and events[-1]["stopped"]
+    assert weights.exists()  # rank 0 wrote what was asked for
 
 
 def test_ranks_must_be_positive():

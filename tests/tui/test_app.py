@@ -361,3 +361,14 @@ async def test_ranks_without_mpi_are_refused_in_place(fixed_env, monkeypatch):
         await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)
         app.query_one("#ranks", Input).value = "1"  # one rank needs no MPI
         await wait_for(pilot, lambda: app.query_one("#settings-pane").error is None)
+
+
+def test_a_failed_distributed_run_is_explained_by_the_ranks_own_error():
+    from tui.child import _rank_error
+
+    lines = ["[mpiexec@vm] Sending Ctrl-C to processes as requested\n",
+             "layerlab: error: rank 1: cuda is unavailable here: no CUDA driver\n",
+             "Abort(4) on node 1 (rank 1 in comm 0): application called MPI_Abort(MPI_COMM_WORLD, 4) - process 1\n"]
+    assert _rank_error(lines, 4) == "rank 1: cuda is unavailable here: no CUDA driver"
+    assert _rank_error(lines[2:] + ["Segmentation fault\n"], 139) == "Segmentation fault"
+    assert _rank_error([lines[0]], 137) == "mpiexec exited with code 137"
