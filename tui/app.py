@@ -163,9 +163,14 @@ class LayerlabApp(App):
         self.runs.append(self.current)
         self.handle = RunHandle(cfg, target=distributed_main if self.current.ranks > 1 else None)
         self.paused, self.steps_total, self.started_at = False, 0, time.monotonic()
-        self.query_one(TrainPane).reset()
+        self._reset_train_pane()
         self.query_one(TabbedContent).active = "train"
         self._update_controls("starting a training process…")
+
+    def _reset_train_pane(self, steps_total: int | None = None) -> None:
+        self.query_one(TrainPane).reset(steps_total)
+        if self.current is not None and self.current.ranks > 1:
+            self.query_one("#boundary").clear("no decision boundary: a run over ranks")
 
     def action_pause(self) -> None:
         if self.handle is not None and self.current is not None and self.current.ranks > 1:
@@ -206,7 +211,7 @@ class LayerlabApp(App):
             self.steps_total = msg["steps_per_epoch"] * msg["config"]["train"]["epochs"]
             self.started_at = time.monotonic()
             run.arch, run.threads = msg["arch"], msg["threads"]
-            pane.reset(self.steps_total)
+            self._reset_train_pane(self.steps_total)
             self._update_controls()
         elif kind == "step":
             pane.on_step(msg, self.steps_total, self.started_at, time.monotonic())

@@ -27,6 +27,7 @@ class BoundaryPlot(Widget):
         super().__init__(**kwargs)
         self.grid: dict | None = None
         self.points: list = []
+        self.note = "decision boundary: 2-D datasets, after the run starts"
 
     def show(self, msg: dict) -> None:
         self.grid = msg
@@ -34,14 +35,14 @@ class BoundaryPlot(Widget):
             self.points = msg["points"]
         self.refresh()
 
-    def clear(self) -> None:
-        self.grid, self.points = None, []
+    def clear(self, note: str = "decision boundary: 2-D datasets, after the run starts") -> None:
+        self.grid, self.points, self.note = None, [], note
         self.refresh()
 
     def render_line(self, y: int) -> Strip:
         w, h = self.size.width, self.size.height
         if not self.grid or w < 2 or h < 2:
-            text = "decision boundary: 2-D datasets, after the run starts" if y == 0 and not self.grid else ""
+            text = self.note if y == 0 and not self.grid else ""
             return Strip([Segment(text[:w].ljust(w))])
         cols, rows = self.grid["res"]
         prob = self.grid["prob"]

@@ -55,19 +55,21 @@ class RankBars(Static):
 
     def show(self, ranks: list[dict], share: float | None) -> None:
         self.ranks, self.share = list(ranks), share
-        width = 18
+        width = 12
         table = Table(box=None, padding=(0, 1), expand=False, show_edge=False,
                       title=f"ranks: {100 * (share or 0):.1f}% of their time communicating", title_justify="left")
-        for col, justify in (("rank", "left"), ("compute|comm", "left"), ("s", "right"), ("comm", "right"),
-                             ("samples", "right"), ("on", "left")):
-            table.add_column(col, justify=justify, no_wrap=True)
+        for col, justify in (("rank", "left"), ("compute|comm", "left"), ("epoch s", "right"), ("comm", "right"),
+                             ("samples", "right")):
+            table.add_column(col, justify=justify, no_wrap=True, min_width=max(len(col), 6 if col == "comm" else 0))
+        table.add_column("on", no_wrap=True, overflow="ellipsis", max_width=20)
+        one_host = len({r["host"] for r in ranks}) == 1
         longest = max(max(r["epoch_s"] for r in ranks), 1e-12)
         for r in ranks:
-            c = int(round(width * r["comm_s"] / longest))
-            w = int(round(width * r["epoch_s"] / longest)) - c
+            c = min(width, int(round(width * r["comm_s"] / longest)))
+            w = max(0, min(width, int(round(width * r["epoch_s"] / longest))) - c)
             bar = Text("█" * w, style="green") + Text("█" * c, style="red") + Text("·" * max(0, width - w - c),
                                                                                   style="dim")
             table.add_row(str(r["rank"]), bar, f"{r['epoch_s']:.3f}",
                           f"{100 * r['comm_s'] / max(r['epoch_s'], 1e-12):.1f}%", f"{r['samples']:,}",
-                          f"{r['host']}: {r['device']}")
+                          r["device"] if one_host else f"{r['host']}: {r['device']}")
         self.update(table)
