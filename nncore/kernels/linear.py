@@ -80,6 +80,20 @@ def linear_act_forward(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.i3
 
 
 @ti.kernel
+def linear_act_dinput(dinp: F2, dout: F2, out: F2, params: F1, w_off: ti.i32, kind: ti.template()):
+    # dinp: (B, IN) = (dout * act'(out)) @ W; kind 0: no activation (out unused)
+    n_out, n_in = dout.shape[1], dinp.shape[1]
+    for b, i in ti.ndrange(dinp.shape[0], n_in):
+        acc = 0.0
+        for o in range(n_out):
+            g = dout[b, o]
+            if ti.static(kind != 0):
+                g *= _dact(out[b, o], kind)
+            acc += g * params[w_off + o * n_in + i]
+        dinp[b, i] = acc
+
+
+@ti.kernel
 def linear_act_backward(dinp: F2, dparams: F1, dout: F2, inp: F2, out: F2, params: F1, w_off: ti.i32,
                         b_off: ti.i32, need_dinp: ti.i32, kind: ti.template()):
     # dinp: (B, IN) f32   dparams[w_off:]: dW (OUT, IN)   dparams[b_off:]: db (OUT,)

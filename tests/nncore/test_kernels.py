@@ -91,6 +91,41 @@ def test_linear_act_fused(arch, rng, kind, act):
     assert rel_err(dparams.to_numpy(), R.central_diff(lambda p: loss(x, p), params)) < FD_TOL
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind,act", [(0, lambda v: v), (1, R.relu), (2, R.sigmoid), (3, np.tanh)])
+@pytest.mark.parametrize("b,n_in,n_out", [(1, 64, 64), (37, 100, 70), (64, 64, 128), (130, 784, 1024),
+                                          (257, 203, 65)])
+def test_linear_tiled_cuda(rng, b, n_in, n_out, kind, act):
+    """The shared-memory tiled CUDA products, on full tiles, ragged edges in every dimension and a batch of one,
+    against the float64 composition; nothing outside the layer's slice of the parameters is touched."""
+    from nncore import runtime
+    from nncore.kernels import gemm_cuda as KT
+
+    runtime.ensure("cuda")
+    # Weights scaled as initialised (variance 1 / n_in): pre-activations of order one, where the activations
+    # bend, so that a wrong derivative shows.
+    x, w = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in)) / np.sqrt(n_in))
+    bias, g = f32(rng.normal(size=n_out)), f32(rng.normal(size=(b, n_out)))
+    params = np.concatenate([[7.0, -3.0, 2.0], w.ravel(), bias])
+    w_off, b_off = 3, 3 + w.size
+    out = zeros(b, n_out)
+    KT.linear_forward_tiled(out, nd(x), nd(params), w_off, b_off, kind)
+    y = act(R.linear(x, w, bias))
+    assert rel_err(out.to_numpy(), y) < FWD_TOL
+    dact = {0: np.ones_like(y), 1: (y > 0).astype(np.float64), 2: y * (1 - y), 3: 1 - y * y}[kind]
+    dz = g * dact
+    dparams, dinp = nd(np.full(params.size, 9.0)), zeros(b, n_in)
+    KT.linear_dweight_tiled(dparams, nd(g), out, nd(x), w_off, b_off, kind)
+    KT.linear_dinput_tiled(dinp, nd(g), out, nd(params), w_off, kind)
+    got = dparams.to_numpy()
+    assert rel_err(got[w_off:b_off].reshape(w.shape), dz.T @ x) < BWD_TOL
+    assert rel_err(got[b_off:], dz.sum(0)) < BWD_TOL and np.all(got[:3] == 9.0)
+    assert rel_err(dinp.to_numpy(), dz @ w) < BWD_TOL
+    plain = zeros(b, n_in)  # the one-thread-per-output input gradient that small batches use instead
+    KL.linear_act_dinput(plain, nd(g), out, nd(params), w_off, kind)
+    assert rel_err(plain.to_numpy(), dz @ w) < BWD_TOL
+
+
 def test_linear_skips_input_gradient_when_told(arch, rng):
     x, w = rng.normal(size=(4, 6)), rng.normal(size=(3, 6))
     params = np.concatenate([w.ravel(), np.zeros(3)])

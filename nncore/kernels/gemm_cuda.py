@@ -1,0 +1,159 @@
+"""Shared-memory tiled matrix products for Linear on CUDA (forward, input gradient, weight gradient).
+
+Each block of 256 threads computes a 64x64 tile of C = A @ B, stepping through K in slices of 16: the
+threads first copy a 64x16 slice of A and a 16x64 slice of B from global into shared memory (each thread 4
+elements of each, neighbouring threads reading neighbouring addresses), then every thread accumulates a 4x4
+register tile, rows ``ty + 16 r`` and columns ``tx + 16 c``. Operands are read where they lie — the
+activation, the (OUT, IN) weight inside the flat parameter buffer, the upstream gradient — through compile-time
+views, so nothing is transposed or copied; the activation's derivative is applied as the gradient is loaded,
+and bias and activation are applied in the forward's epilogue.
+
+``use_tiled`` says which layers may use tiles: those whose sides both reach a tile (a 10-wide output would waste
+most of each tile); ``tiles_pay`` says, per product, whether there are enough tiles to fill the GPU. Elsewhere
+the plain one-thread-per-output kernels in ``linear.py`` run.
+"""
+import taichi as ti
+
+from . import F1, F2
+from .linear import _act, _dact
+
+BM = BN = 64
+BK = 16
+THREADS = 256
+
+
+MIN_TILES = 64  # about half the H200's 132 multiprocessors: fewer tiles leave the chip idle
+
+
+def use_tiled(in_features: int, out_features: int) -> bool:
+    """Tiles for a Linear whose sides both fill a tile (the batch may be anything: edges are masked)."""
+    return in_features >= BK * 4 and out_features >= BN
+
+
+def tiles_pay(m: int, n: int) -> bool:
+    """Enough 64x64 tiles of an m x n product to fill the GPU; below that (a batch of 64: 16 tiles) the
+    one-thread-per-output kernels, with m * n threads, finish sooner."""
+    return -(-m // BM) * -(-n // BN) >= MIN_TILES
+
+
+@ti.func
+def _a(mode: ti.template(), x: ti.template(), dout: ti.template(), out: ti.template(), kind: ti.template(),
+       m, k):
+    """Element (m, k) of the left operand.
+    mode 0 (forward):     x[m, k]                        (the layer input, batch x IN)
+    mode 1 (input grad):  dz[m, k] = dout[m, k] act'(out[m, k])  (batch x OUT)
+    mode 2 (weight grad): dz[k, m]                       (OUT x batch, read from batch x OUT)
+    """
+    v = 0.0
+    if ti.static(mode == 0):
+        v = x[m, k]
+    elif ti.static(mode == 1):
+        v = dout[m, k]
+        if ti.static(kind != 0):
+            v *= _dact(out[m, k], kind)
+    else:
+        v = dout[k, m]
+        if ti.static(kind != 0):
+            v *= _dact(out[k, m], kind)
+    return v
+
+
+@ti.func
+def _b(mode: ti.template(), x: ti.template(), params: ti.template(), w_off, n_in, k, n):
+    """Element (k, n) of the right operand.
+    mode 0: W[n, k]  (IN x OUT view of the (OUT, IN) weight)
+    mode 1: W[k, n]  (OUT x IN)
+    mode 2: x[k, n]  (batch x IN)
+    """
+    v = 0.0
+    if ti.static(mode == 0):
+        v = params[w_off + n * n_in + k]
+    elif ti.static(mode == 1):
+        v = params[w_off + k * n_in + n]
+    else:
+        v = x[k, n]
+    return v
+
+
+@ti.kernel
+def _tiled(mode: ti.template(), kind: ti.template(), c: F2, x: F2, dout: F2, out: F2, params: F1, dparams: F1,
+           w_off: ti.i32, b_off: ti.i32, n_in: ti.i32, M: ti.i32, N: ti.i32, K: ti.i32):
+    tiles_n = (N + BN - 1) // BN
+    tiles = ((M + BM - 1) // BM) * tiles_n
+    ti.loop_config(block_dim=THREADS)
+    for g in range(tiles * THREADS):
+        tile, tid = g // THREADS, g % THREADS
+        m0, n0 = (tile // tiles_n) * BM, (tile % tiles_n) * BN
+        ty, tx = tid // 16, tid % 16
+        a_sh = ti.simt.block.SharedArray((BK, BM), ti.f32)
+        b_sh = ti.simt.block.SharedArray((BK, BN), ti.f32)
+        acc = ti.Matrix.zero(ti.f32, 4, 4)
+        for kt in range((K + BK - 1) // BK):
+            k0 = kt * BK
+            for r in ti.static(range(4)):
+                e = tid + THREADS * r
+                # Left operand: k fastest where k is contiguous in memory (modes 0, 1), m fastest in mode 2.
+                mm, kk = e // BK, e % BK
+                if ti.static(mode == 2):
+                    mm, kk = e % BM, e // BM
+                av = 0.0
+                if m0 + mm < M and k0 + kk < K:
+                    av = _a(mode, x, dout, out, kind, m0 + mm, k0 + kk)
+                a_sh[kk, mm] = av
+                # Right operand: k fastest in mode 0 (the weight's rows), n fastest otherwise.
+                kb, nb = e // BN, e % BN
+                if ti.static(mode == 0):
+                    kb, nb = e % BK, e // BK
+                bv = 0.0
+                if k0 + kb < K and n0 + nb < N:
+                    bv = _b(mode, x, params, w_off, n_in, k0 + kb, n0 + nb)
+                b_sh[kb, nb] = bv
+            ti.simt.block.sync()
+            for kk in ti.static(range(BK)):
+                for r, q in ti.static(ti.ndrange(4, 4)):
+                    acc[r, q] += a_sh[kk, ty + 16 * r] * b_sh[kk, tx + 16 * q]
+            ti.simt.block.sync()
+        for r, q in ti.static(ti.ndrange(4, 4)):
+            m, n = m0 + ty + 16 * r, n0 + tx + 16 * q
+            if m < M and n < N:
+                if ti.static(mode == 0):
+                    v = acc[r, q] + params[b_off + n]
+                    if ti.static(kind != 0):
+                        v = _act(v, kind)
+                    c[m, n] = v
+                elif ti.static(mode == 1):
+                    c[m, n] = acc[r, q]
+                else:
+                    dparams[w_off + m * n_in + n] = acc[r, q]
+
+
+@ti.kernel
+def _bias_grad(dparams: F1, dout: F2, out: F2, b_off: ti.i32, kind: ti.template()):
+    for o in range(dout.shape[1]):
+        acc = 0.0
+        for b in range(dout.shape[0]):
+            v = dout[b, o]
+            if ti.static(kind != 0):
+                v *= _dact(out[b, o], kind)
+            acc += v
+        dparams[b_off + o] = acc
+
+
+def linear_forward_tiled(out, inp, params, w_off: int, b_off: int, kind: int = 0) -> None:
+    """out (B, OUT) = act(inp @ W.T + b); kind 0: no activation, 1 ReLU, 2 Sigmoid, 3 Tanh."""
+    _tiled(0, kind, out, inp, out, out, params, params, w_off, b_off, inp.shape[1], out.shape[0], out.shape[1],
+           inp.shape[1])
+
+
+def linear_dinput_tiled(dinp, dout, out, params, w_off: int, kind: int = 0) -> None:
+    """dinp (B, IN) = (dout * act'(out)) @ W, with dout and out (B, OUT)."""
+    _tiled(1, kind, dinp, dinp, dout, out, params, params, w_off, 0, dinp.shape[1], dinp.shape[0], dinp.shape[1],
+           dout.shape[1])
+
+
+def linear_dweight_tiled(dparams, dout, out, inp, w_off: int, b_off: int, kind: int = 0) -> None:
+    """dW (OUT, IN) = (dout * act'(out)).T @ inp into dparams[w_off:], and db (OUT,) into dparams[b_off:]."""
+    _tiled(2, kind, inp, inp, dout, out, dparams, dparams, w_off, 0, inp.shape[1], dout.shape[1], inp.shape[1],
+           dout.shape[0])
+    _bias_grad(dparams, dout, out, b_off, kind)
+
