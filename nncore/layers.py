@@ -125,13 +125,19 @@ class Linear(Layer):
 
     def scratch_shapes(self, batch):
         # The CPU forward reads W transposed, refreshed from the parameters on every forward.
-        return {"wt": ("f32", (self.in_features, self.out_features + K_gemm.PAD))} if on_cpu() else {}
+        if on_cpu():
+            return {"wt": ("f32", (self.in_features, self.out_features + K_gemm.PAD))}
+        if K_tiled.use_split_k(self.in_features, self.out_features):
+            return {"partial": ("f32", (batch, self.out_features * K_tiled.SPLIT))}
+        return {}
 
     def forward(self, out, inp, params, scratch):
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if "wt" in scratch:
             K_gemm.transpose_weight(scratch["wt"], params, w_off, self.out_features)
             K_gemm.linear_forward_cpu(out, inp, scratch["wt"], params, b_off)
+        elif "partial" in scratch:
+            K_tiled.linear_forward_split(out, inp, params, scratch["partial"], w_off, b_off)
         elif K_tiled.use_tiled(self.in_features, self.out_features) and K_tiled.tiles_pay(out.shape[0],
                                                                                            self.out_features):
             K_tiled.linear_forward_tiled(out, inp, params, w_off, b_off)

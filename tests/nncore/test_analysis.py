@@ -79,4 +79,8 @@ def test_lockstep_serial_and_cuda(config):
     rows = analysis.lockstep(load_config(config).model, "cpu-serial", "cuda", steps=20, batch=32)
     print(f"{config}: largest relative weight difference cpu-serial vs cuda over 20 steps: "
           f"{max(r.weight_diff for r in rows):.2e}, loss {max(r.loss_diff for r in rows):.2e}")
-    assert max(r.weight_diff for r in rows) <= 1e-4
+    assert rows[0].weight_diff <= 1e-5  # one step: the kernels agree
+    # Over 20 steps on random images, near-ties in ReLU and max-pool make float32 training chaotic at about
+    # 1e-4: PyTorch's own float32 run of these steps ends 9.7e-05 from its float64 run
+    # (test_torch_interop.py::test_float32_training_drift_is_no_worse_than_pytorchs).
+    assert max(r.weight_diff for r in rows) <= 2.5e-4

@@ -126,6 +126,26 @@ def test_linear_tiled_cuda(rng, b, n_in, n_out, kind, act):
     assert rel_err(plain.to_numpy(), dz @ w) < BWD_TOL
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("b,n_in,n_out", [(1, 2048, 1), (3, 2081, 10), (67, 10816, 10), (5, 4099, 16)])
+def test_linear_split_forward_cuda(rng, b, n_in, n_out):
+    """The split-input CUDA forward for few outputs: input lengths that do not divide into the slices,
+    against float64, and the same bits on a second run."""
+    from nncore import runtime
+    from nncore.kernels import gemm_cuda as KT
+
+    runtime.ensure("cuda")
+    x, w = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in)) / np.sqrt(n_in))
+    bias = f32(rng.normal(size=n_out))
+    params = np.concatenate([[7.0, -3.0], w.ravel(), bias])
+    out, partial = zeros(b, n_out), zeros(b, n_out * KT.SPLIT)
+    KT.linear_forward_split(out, nd(x), nd(params), partial, 2, 2 + w.size)
+    assert rel_err(out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
+    first = out.to_numpy()
+    KT.linear_forward_split(out, nd(x), nd(params), partial, 2, 2 + w.size)
+    assert np.array_equal(out.to_numpy(), first)
+
+
 def test_linear_skips_input_gradient_when_told(arch, rng):
     x, w = rng.normal(size=(4, 6)), rng.normal(size=(3, 6))
     params = np.concatenate([w.ravel(), np.zeros(3)])
