@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -117,14 +116,6 @@ def _config(args):
     return cfg.override("data", limit=args.limit)
 
 
-def find_mpiexec() -> str | None:
-    """$LAYERLAB_MPIEXEC, else the mpiexec beside this Python (a venv with the mpich wheel), else PATH's."""
-    if os.environ.get("LAYERLAB_MPIEXEC"):
-        return os.environ["LAYERLAB_MPIEXEC"]
-    here = Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else shutil.which("mpiexec")
-
-
 def _ranks_wanted(args) -> int | None:
     """How many ranks to launch: --ranks, else the config's train.ranks when above 1, else None (train here)."""
     if args.distributed:
@@ -141,18 +132,14 @@ def _ranks_wanted(args) -> int | None:
 def _launch_ranks(args, argv: list[str], ranks: int) -> int:
     """``--ranks N`` (or train.ranks = N): run this same command as N ranks under mpiexec and pass its exit
     code on."""
-    from nncore.distributed import INSTALL_HINT
+    from nncore.distributed import launch_command, mpi_missing
 
     if ranks < 1:
         print(f"layerlab: error: --ranks {ranks} must be at least 1", file=sys.stderr)
         return EXIT_CONFIG
-    import importlib.util
-
-    mpiexec = find_mpiexec()
-    missing = "mpi4py is not installed" if importlib.util.find_spec("mpi4py") is None else \
-        None if mpiexec else f"no mpiexec beside {sys.executable} or on PATH"
-    if missing:  # (looked up without starting MPI in this process, which only launches)
-        print(f"layerlab: error: --ranks {ranks}: {missing}; {INSTALL_HINT}", file=sys.stderr)
+    missing = mpi_missing()
+    if missing:
+        print(f"layerlab: error: --ranks {ranks}: {missing}", file=sys.stderr)
         return EXIT_CONFIG
     rest, skip = [], False
     for a in argv:
@@ -162,10 +149,7 @@ def _launch_ranks(args, argv: list[str], ranks: int) -> int:
             skip = True
         elif not a.startswith("--ranks="):
             rest.append(a)
-    cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "nncore.cli", *rest, "--distributed"]
-    # The ranks check that they are one job of this size: an mpiexec of another MPI than mpi4py's would start
-    # N separate one-rank runs instead.
-    env = {**os.environ, "LAYERLAB_RANKS": str(ranks)}
+    cmd, env = launch_command(ranks, rest)
     # Ctrl-C reaches mpiexec, which passes it to the ranks; this process only waits for their verdict. (A
     # handler, not SIG_IGN: an ignored signal would stay ignored in mpiexec too.)
     previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
@@ -209,7 +193,7 @@ def _train(args) -> int:
 
     try:
         if args.distributed:
-            from nncore.distributed import INSTALL_HINT, Cluster
+            from nncore.distributed import INSTALL_HINT, Cluster, find_mpiexec
 
             cluster = Cluster()
             want = os.environ.get("LAYERLAB_RANKS")

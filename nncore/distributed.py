@@ -19,7 +19,9 @@ includes waiting for slower ranks, which is what a step loses to them.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import sys
 import time
 
 import numpy as np
@@ -47,6 +49,35 @@ def load_mpi():
         raise ConfigError(f"distributed training needs mpi4py and an MPI library ({reason}); {INSTALL_HINT}") \
             from None
     return MPI
+
+
+def find_mpiexec() -> str | None:
+    """$LAYERLAB_MPIEXEC, else the mpiexec beside this Python (a venv with the mpich wheel), else PATH's."""
+    if os.environ.get("LAYERLAB_MPIEXEC"):
+        return os.environ["LAYERLAB_MPIEXEC"]
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.path.exists(here) else shutil.which("mpiexec")
+
+
+def mpi_missing() -> str | None:
+    """Why ranks cannot be launched here (with the install hint), or None. Looks without starting MPI in this
+    process, which only launches."""
+    import importlib.util
+
+    if importlib.util.find_spec("mpi4py") is None:
+        return f"mpi4py is not installed; {INSTALL_HINT}"
+    if find_mpiexec() is None:
+        return f"no mpiexec beside {sys.executable} or on PATH; {INSTALL_HINT}"
+    return None
+
+
+def launch_command(ranks: int, train_args: list[str]) -> tuple[list[str], dict]:
+    """mpiexec running ``layerlab train TRAIN_ARGS --distributed`` as ``ranks`` ranks, and its environment:
+    LAYERLAB_RANKS lets the ranks check they are one job of that size (an mpiexec of another MPI than
+    mpi4py's would start that many separate one-rank runs)."""
+    cmd = [find_mpiexec() or "mpiexec", "-n", str(ranks), sys.executable, "-m", "nncore.cli", *train_args,
+           "--distributed"]
+    return cmd, {**os.environ, "LAYERLAB_RANKS": str(ranks)}
 
 
 def shard(batch: int, rank: int, size: int) -> tuple[int, int]:
@@ -160,7 +191,7 @@ class Cluster:
         node.Free()
         self.host = socket.gethostname()
         self.gpu: str | None = None
-        self.comm_s = 0.0  # communication seconds since reset()
+        self.comm_s = 0.0  # communication seconds, reset by the trainer every epoch
         self._staging: _Staging | None = None
 
     @property

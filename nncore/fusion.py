@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from .kernels import conv_cpu as K_cpu
 from .kernels import on_cpu
 from .kernels import gemm_cuda as K_tiled
-from .kernels import linear as K_lin
 from .layers import Conv2D, Layer, Linear, MaxPool2D, ReLU, Sigmoid, Tanh
 
 
@@ -100,22 +99,12 @@ class LinearAct:
 
     def forward(self, out, inp, params, scratch) -> None:
         lin = self.linear
-        if K_tiled.use_tiled(lin.in_features, lin.out_features) and K_tiled.tiles_pay(out.shape[0], lin.out_features):
-            K_tiled.linear_forward_tiled(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind)
-        else:
-            K_lin.linear_act_forward(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind)
+        K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind)
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
         lin = self.linear
-        w_off, b_off = lin.offsets["weight"], lin.offsets["bias"]
-        if K_tiled.use_tiled(lin.in_features, lin.out_features):  # dW: OUT x IN tiles, whatever the batch
-            K_tiled.linear_dweight_tiled(dparams, dout, out, inp, w_off, b_off, self.kind)
-            if need_dinp and K_tiled.tiles_pay(dinp.shape[0], lin.in_features):
-                K_tiled.linear_dinput_tiled(dinp, dout, out, params, w_off, self.kind)
-            elif need_dinp:
-                K_lin.linear_act_dinput(dinp, dout, out, params, w_off, self.kind)
-        else:
-            K_lin.linear_act_backward(dinp, dparams, dout, inp, out, params, w_off, b_off, int(need_dinp), self.kind)
+        K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, out, params, lin.offsets["weight"], lin.offsets["bias"],
+                                    need_dinp, self.kind)
 
 
 def plan(layers: list[Layer], need_dinp: list[bool]) -> list[Part]:

@@ -20,7 +20,6 @@ from .kernels import chunk, on_cpu
 from .kernels import gemm_cpu as K_gemm
 from .kernels import conv as K_conv
 from .kernels import gemm_cuda as K_tiled
-from .kernels import linear as K_lin
 from .kernels import pool as K_pool
 
 
@@ -136,13 +135,8 @@ class Linear(Layer):
         if "wt" in scratch:
             K_gemm.transpose_weight(scratch["wt"], params, w_off, self.out_features)
             K_gemm.linear_forward_cpu(out, inp, scratch["wt"], params, b_off)
-        elif "partial" in scratch:
-            K_tiled.linear_forward_split(out, inp, params, scratch["partial"], w_off, b_off)
-        elif K_tiled.use_tiled(self.in_features, self.out_features) and K_tiled.tiles_pay(out.shape[0],
-                                                                                           self.out_features):
-            K_tiled.linear_forward_tiled(out, inp, params, w_off, b_off)
         else:
-            K_lin.linear_forward(out, inp, params, w_off, b_off)
+            K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, partial=scratch.get("partial"))
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp):
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
@@ -150,14 +144,8 @@ class Linear(Layer):
             K_gemm.linear_dweight_cpu(dparams, dout, inp, w_off, b_off)
             if need_dinp:
                 K_gemm.linear_dinput_cpu(dinp, dout, params, w_off)
-        elif K_tiled.use_tiled(self.in_features, self.out_features):
-            K_tiled.linear_dweight_tiled(dparams, dout, dout, inp, w_off, b_off)
-            if need_dinp and K_tiled.tiles_pay(dinp.shape[0], self.in_features):
-                K_tiled.linear_dinput_tiled(dinp, dout, dout, params, w_off)
-            elif need_dinp:
-                K_lin.linear_act_dinput(dinp, dout, dout, params, w_off, 0)
-        else:
-            K_lin.linear_backward(dinp, dparams, dout, inp, params, w_off, b_off, int(need_dinp))
+        else:  # (no activation: the output is never read, dout stands in for it)
+            K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, dout, params, w_off, b_off, need_dinp)
 
 
 class _Activation(Layer):

@@ -164,14 +164,15 @@ class Trainer:
         In a distributed run every rank then learns whether every other one could, so a failure on one rank
         (its GPU, its memory, its checkpoint) ends all of them with one message instead of a hang."""
         cl = self.cluster
-        if cl is None:
-            started = self._setup()
-            return started, self._restore() if self.resume else 0
         try:
             started, status = self._setup(), None
             offset = self._restore() if self.resume else 0
         except LayerlabError as exc:
+            if cl is None:
+                raise
             started, status = None, (exc.exit_code, str(exc))
+        if cl is None:
+            return started, offset
         where = f"{cl.host}: {started.device}" if started else None
         report = cl.allgather((status, where))
         for rank, (st, _) in enumerate(report):

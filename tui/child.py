@@ -141,7 +141,7 @@ def distributed_main(cfg: dict, conn: Connection) -> None:
     import time
 
     _silence_stdio()
-    from nncore.cli import find_mpiexec
+    from nncore.distributed import launch_command
     from nncore.events import RunFailed
 
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # so that `finally` cleans up
@@ -157,9 +157,7 @@ def distributed_main(cfg: dict, conn: Connection) -> None:
             path = os.path.join(tmp, "run.json")
             with open(path, "w", encoding="utf-8") as fh:
                 json.dump({k: cfg[k] for k in ("model", "data", "train")}, fh)
-            cmd = [find_mpiexec() or "mpiexec", "-n", str(ranks), sys.executable, "-m", "nncore.cli", "train",
-                   path, "--distributed", "--jsonl", "-", "--quiet"]
-            env = {**os.environ, "LAYERLAB_RANKS": str(ranks)}
+            cmd, env = launch_command(ranks, ["train", path, "--jsonl", "-", "--quiet"])
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
             errors: list[str] = []

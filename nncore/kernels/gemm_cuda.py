@@ -10,12 +10,15 @@ and bias and activation are applied in the forward's epilogue.
 
 ``use_tiled`` says which layers may use tiles: those whose sides both reach a tile (a 10-wide output would waste
 most of each tile); ``tiles_pay`` says, per product, whether there are enough tiles to fill the GPU. Elsewhere
-the plain one-thread-per-output kernels in ``linear.py`` run.
+the plain one-thread-per-output kernels in ``linear.py`` run, or the split forward below for few outputs.
+``linear_forward_gpu`` and ``linear_backward_gpu`` make that choice for Linear, with or without a fused
+activation.
 """
 import taichi as ti
 
 from . import F1, F2
-from .linear import _act, _dact
+from . import linear as K_lin
+from .linear import _act, _dz
 
 BM = BN = 64
 BK = 16
@@ -48,13 +51,9 @@ def _a(mode: ti.template(), x: ti.template(), dout: ti.template(), out: ti.templ
     if ti.static(mode == 0):
         v = x[m, k]
     elif ti.static(mode == 1):
-        v = dout[m, k]
-        if ti.static(kind != 0):
-            v *= _dact(out[m, k], kind)
+        v = _dz(dout, out, m, k, kind)
     else:
-        v = dout[k, m]
-        if ti.static(kind != 0):
-            v *= _dact(out[k, m], kind)
+        v = _dz(dout, out, k, m, kind)
     return v
 
 
@@ -117,10 +116,7 @@ def _tiled(mode: ti.template(), kind: ti.template(), c: F2, x: F2, dout: F2, out
             m, n = m0 + ty + 16 * r, n0 + tx + 16 * q
             if m < M and n < N:
                 if ti.static(mode == 0):
-                    v = acc[r, q] + params[b_off + n]
-                    if ti.static(kind != 0):
-                        v = _act(v, kind)
-                    c[m, n] = v
+                    c[m, n] = _act(acc[r, q] + params[b_off + n], kind)
                 elif ti.static(mode == 1):
                     c[m, n] = acc[r, q]
                 else:
@@ -132,10 +128,7 @@ def _bias_grad(dparams: F1, dout: F2, out: F2, b_off: ti.i32, kind: ti.template(
     for o in range(dout.shape[1]):
         acc = 0.0
         for b in range(dout.shape[0]):
-            v = dout[b, o]
-            if ti.static(kind != 0):
-                v *= _dact(out[b, o], kind)
-            acc += v
+            acc += _dz(dout, out, b, o, kind)
         dparams[b_off + o] = acc
 
 
@@ -189,3 +182,29 @@ def linear_forward_split(out: F2, inp: F2, params: F1, partial: F2, w_off: ti.i3
         for s in range(SPLIT):
             acc += partial[b, o * SPLIT + s]
         out[b, o] = acc + params[b_off + o]
+
+
+def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0, partial=None) -> None:
+    """out (B, OUT) = act(inp @ W.T + b) on CUDA, by the fastest kernel for the shape; kind 0: no activation.
+    ``partial`` is the split forward's scratch, present where ``use_split_k`` holds (no activation then)."""
+    n_in, n_out = inp.shape[1], out.shape[1]
+    if partial is not None:
+        linear_forward_split(out, inp, params, partial, w_off, b_off)
+    elif use_tiled(n_in, n_out) and tiles_pay(out.shape[0], n_out):
+        linear_forward_tiled(out, inp, params, w_off, b_off, kind)
+    else:
+        K_lin.linear_act_forward(out, inp, params, w_off, b_off, kind)
+
+
+def linear_backward_gpu(dinp, dparams, dout, inp, out, params, w_off: int, b_off: int, need_dinp: bool,
+                        kind: int = 0) -> None:
+    """Weight, bias and (if ``need_dinp``) input gradients of Linear (+ activation ``kind``) on CUDA."""
+    n_in, n_out = inp.shape[1], dout.shape[1]
+    if use_tiled(n_in, n_out):  # dW: OUT x IN tiles, whatever the batch
+        linear_dweight_tiled(dparams, dout, out, inp, w_off, b_off, kind)
+        if need_dinp and tiles_pay(dinp.shape[0], n_in):
+            linear_dinput_tiled(dinp, dout, out, params, w_off, kind)
+        elif need_dinp:
+            K_lin.linear_act_dinput(dinp, dout, out, params, w_off, kind)
+    else:
+        K_lin.linear_act_backward(dinp, dparams, dout, inp, out, params, w_off, b_off, int(need_dinp), kind)

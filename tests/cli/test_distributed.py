@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, strategies as st
 
 from nncore import distributed
-from nncore.cli import find_mpiexec
 from nncore.errors import ConfigError
 from tests.cli.test_cli import layerlab, one_line_error
 
@@ -21,7 +20,7 @@ def _mpi_missing() -> str | None:
         distributed.load_mpi()
     except ConfigError as exc:
         return str(exc)
-    return None if find_mpiexec() else "no mpiexec beside this Python or on PATH"
+    return distributed.mpi_missing()
 
 
 needs_mpi = pytest.mark.skipif(_mpi_missing() is not None, reason=f"MPI is not installed here: {_mpi_missing()}")
@@ -208,7 +207,7 @@ def test_mpiexec_is_found_beside_the_interpreter(tmp_path, monkeypatch):
     fake.mkdir()
     (fake / "mpiexec").write_text("#!/bin/sh\n")
     monkeypatch.setattr(sys, "executable", str(fake / "python"))
-    assert find_mpiexec() == str(fake / "mpiexec")
+    assert distributed.find_mpiexec() == str(fake / "mpiexec")
 
 
 @needs_mpi

@@ -15,6 +15,7 @@ from textual.widgets import Input, Label, RadioButton, RadioSet, Select, Static
 
 from nncore.config import DATA_FIELDS, TRAIN_FIELDS, RunConfig
 from nncore.data import available_datasets
+from nncore.distributed import mpi_missing
 from nncore.errors import ConfigError
 from nncore.runtime import available_archs
 
@@ -27,19 +28,6 @@ NUMERIC = {  # field id -> (section, key, type)
     "seed": ("train", "seed", int), "threads": ("train", "threads", int), "ranks": ("train", "ranks", int),
 }
 
-
-def mpi_missing() -> str | None:
-    """Why a distributed run cannot start here, or None. Looks, without starting MPI in the app's process."""
-    import importlib.util
-
-    from nncore.cli import find_mpiexec
-    from nncore.distributed import INSTALL_HINT
-
-    if importlib.util.find_spec("mpi4py") is None:
-        return f"mpi4py is not installed; {INSTALL_HINT}"
-    if find_mpiexec() is None:
-        return f"no mpiexec found; {INSTALL_HINT}"
-    return None
 
 
 class SettingsPane(VerticalScroll):
