@@ -55,6 +55,37 @@ _generation = 0
 _owner_thread: int | None = None
 
 
+def _guard_stale_ndarrays() -> None:
+    """Make a Taichi ndarray from an earlier runtime harmless when Python collects it.
+
+    Taichi 1.7's ``ScalarNdarray.__del__`` asks the *current* program to delete its C++ object by address.
+    Once the runtime has been re-initialised, that address may already belong to a live ndarray of the new
+    program (the allocator reuses it), which then gets freed under its owner: its next kernel launch fails
+    with "argument not found" or reads garbage. Each ndarray is therefore stamped with the generation that
+    made it, and only the current generation's are handed to ``delete_ndarray``; the old program released the
+    others' memory when it was torn down.
+    """
+    from taichi.lang._ndarray import ScalarNdarray
+
+    if getattr(ScalarNdarray, "_layerlab_guarded", False):
+        return
+    init, delete = ScalarNdarray.__init__, ScalarNdarray.__del__
+
+    def guarded_init(self, *args, **kwargs):
+        self._layerlab_generation = _generation
+        init(self, *args, **kwargs)
+
+    def guarded_del(self):
+        if getattr(self, "_layerlab_generation", None) == _generation:
+            delete(self)
+
+    ScalarNdarray.__init__, ScalarNdarray.__del__ = guarded_init, guarded_del
+    ScalarNdarray._layerlab_guarded = True
+
+
+_guard_stale_ndarrays()
+
+
 def cpu_count() -> int:
     """Cores this process may run on."""
     try:

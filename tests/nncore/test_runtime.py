@@ -43,3 +43,26 @@ def test_cuda_runs_on_the_gpu():
     assert runtime.ti.lang.impl.current_cfg().arch == runtime.ti.cuda
     assert info.device
     runtime.init("cpu-parallel")
+
+
+def test_collecting_an_old_runtimes_ndarrays_leaves_the_new_ones_alone():
+    # Taichi deletes a collected ndarray through the current program by address; after a re-init those
+    # addresses are reused by the new program's ndarrays, which were then freed under their owners
+    # ("argument not found" at the next launch, an index error, or garbage). Address reuse is up to the
+    # allocator, so the scenario runs a few times.
+    import numpy as np
+
+    ti = runtime.ti
+    for _ in range(4):
+        runtime.init("cpu-serial")
+        old = [ti.ndarray(ti.f32, shape=(3, 5)) for _ in range(200)]
+        runtime.init("cpu-serial")
+        new = [ti.ndarray(ti.f32, shape=(3, 5)) for _ in range(200)]
+        for i, arr in enumerate(new):
+            arr.from_numpy(np.full((3, 5), i, np.float32))
+        del old  # (a freed one's memory is soon reused: by these, for one)
+        other = [ti.ndarray(ti.i32, shape=(7,)) for _ in range(200)]
+        assert [(arr.to_numpy().shape, float(arr.to_numpy().sum())) for arr in new] == \
+            [((3, 5), 15.0 * i) for i in range(200)]
+        assert all(arr.shape == (7,) for arr in other)
+    runtime.init("cpu-parallel")
