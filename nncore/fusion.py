@@ -78,7 +78,6 @@ class ConvReluPool:
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
         conv, dconv = self.conv, scratch["conv"]
-        dconv.fill(0.0)
         K_cpu.pool_grad_scatter_cl(dconv, dout, scratch["argmax"], conv.out_channels, conv.out_shape[2],
                                    *self.pool.kernel, *self.pool.stride)
         K_cpu.conv_dweight_cl(scratch["part"], dconv, inp, *self._geometry())

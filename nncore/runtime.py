@@ -28,6 +28,14 @@ import taichi as ti  # noqa: E402
 from .errors import BackendUnavailable, ConfigError  # noqa: E402
 
 ARCHS = ("cpu-serial", "cpu-parallel", "cuda")
+# Iterations per scheduled task of a CPU parallel loop (see init). Not 32, Taichi's default: the offline cache
+# key holds this number but not the scheduling switches, so kernels cached under the old scheme are not reused.
+CPU_TASK = 512
+# ``ti.loop_config(block_dim=runtime.coarse_block)`` goes before a loop whose every iteration is a long run of
+# work (a GEMM tile, a conv row, a run of elements): on the CPU each iteration is then one task, so even a few
+# dozen iterations spread over every core; on CUDA it is None, Taichi's default. Kernels read it when they are
+# compiled, which happens again after every init.
+coarse_block: int | None = 1
 
 
 @dataclass(frozen=True)
@@ -178,7 +186,7 @@ def _check_thread() -> None:
 
 def init(arch: str = "cpu-parallel", threads: int | None = None) -> RuntimeInfo:
     """(Re)initialise Taichi on ``arch``. Every ndarray made before this call becomes unusable."""
-    global _current, _generation, _owner_thread
+    global _current, _generation, _owner_thread, coarse_block
     if arch not in ARCHS:
         raise ConfigError(f"arch {arch!r} is unknown; choose one of {', '.join(ARCHS)}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
@@ -191,11 +199,20 @@ def init(arch: str = "cpu-parallel", threads: int | None = None) -> RuntimeInfo:
     if arch == "cuda":
         n_threads = 0
         kwargs = dict(arch=ti.cuda)
+        block = None
     else:
         n_threads = 1 if arch == "cpu-serial" else (threads or cpu_count())
         # Vector-typed locals stay LLVM vectors on the CPU (AVX/AVX-512 FMAs in the GEMM micro-kernels)
         # instead of being split into scalars.
-        kwargs = dict(arch=ti.cpu, cpu_max_num_threads=n_threads, real_matrix_scalarize=False)
+        # Scheduling: by default Taichi cuts every parallel loop into one contiguous block per thread, each of
+        # at least 512 iterations, so a loop of under 1,024 iterations (a GEMM's 16 tiles, a conv's 32 weight
+        # gradient blocks, 256 rows of a batch) ran on one core whatever the thread count. Instead, loops are
+        # cut into tasks of CPU_TASK iterations that free threads take in turn, and the kernels whose
+        # iterations are long runs of work ask for one iteration per task (coarse_block).
+        kwargs = dict(arch=ti.cpu, cpu_max_num_threads=n_threads, real_matrix_scalarize=False,
+                      make_cpu_multithreading_loop=False, cpu_block_dim_adaptive=False,
+                      default_cpu_block_dim=CPU_TASK)
+        block = 1
     # Every option is passed again on each call: ti.init resets all of them to their defaults.
     # ti.init prints "[Taichi] Starting on arch=..." to stdout, which must stay clean for --jsonl -.
     try:
@@ -210,6 +227,7 @@ def init(arch: str = "cpu-parallel", threads: int | None = None) -> RuntimeInfo:
         _current = None
         raise BackendUnavailable(f"cuda is unavailable: Taichi fell back to {in_use.name}")
     _generation += 1
+    coarse_block = block
     _owner_thread = threading.get_ident()
     _current = RuntimeInfo(arch, n_threads, status.device, _generation)
     return _current

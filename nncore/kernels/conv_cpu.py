@@ -8,6 +8,7 @@ output is written in the usual channel-major layout that Flatten and Linear expe
 """
 import taichi as ti
 
+from .. import runtime
 from . import F1, F2, I2
 
 L = 16
@@ -36,6 +37,7 @@ def conv_forward_cl(conv: VA3, inp: F2, wv: VA2, n_c: ti.i32, h: ti.i32, w: ti.i
     # conv: (B, OH*OW, OCB) channels-last   inp: (B, C*H*W) f32   wv: (TAPS + 1, OCB) packed weights and bias
     taps = wv.shape[0] - 1
     oh_n = conv.shape[1] // ow_n
+    ti.loop_config(block_dim=runtime.coarse_block)
     for t in range(conv.shape[0] * oh_n):  # one output row per task
         b, y = t // oh_n, t % oh_n
         for x in range(ow_n):
@@ -60,9 +62,11 @@ def relu_pool_forward_cl(out: F2, argmax: I2, conv: VA3, n_oc: ti.i32, ow_n: ti.
     oh_n = conv.shape[1] // ow_n
     py_n = (oh_n - qh) // qsh + 1
     px_n = (ow_n - qw) // qsw + 1
-    for t in range(out.shape[0] * py_n):
-        b, py = t // py_n, t % py_n
-        for px in range(px_n):
+    # One task per sample: neighbouring pooled rows of a channel share cache lines, so tasks of single rows
+    # would have threads writing the same lines.
+    ti.loop_config(block_dim=runtime.coarse_block)
+    for b in range(out.shape[0]):
+        for py, px in ti.ndrange(py_n, px_n):
             for ob in range(conv.shape[2]):
                 best = V(0.0)
                 arg = VI(-1)
@@ -83,13 +87,18 @@ def relu_pool_forward_cl(out: F2, argmax: I2, conv: VA3, n_oc: ti.i32, ow_n: ti.
 @ti.kernel
 def pool_grad_scatter_cl(dconv: VA3, dout: F2, argmax: I2, n_oc: ti.i32, ow_n: ti.i32,
                          qh: ti.i32, qw: ti.i32, qsh: ti.i32, qsw: ti.i32):
-    # dconv: (B, OH*OW, OCB) channels-last, zeroed by the caller, += dout at each window's winner
+    # dconv: (B, OH*OW, OCB) channels-last <- zero, then += dout at each window's winner
     # dout, argmax: (B, OC*PH*PW). One task per sample, so overlapping windows never race; each window adds a
-    # 16-channel vector (zero in the lanes that did not win there) to every position it covers.
+    # 16-channel vector (zero in the lanes that did not win there) to every position it covers. The sample's
+    # slice is zeroed inside its task, so the additions hit cache rather than memory (zeroing the whole
+    # buffer first was a pass of its own over tens of MB).
     oh_n = dconv.shape[1] // ow_n
     py_n = (oh_n - qh) // qsh + 1
     px_n = (ow_n - qw) // qsw + 1
+    ti.loop_config(block_dim=runtime.coarse_block)
     for b in range(dout.shape[0]):
+        for pos, ob in ti.ndrange(dconv.shape[1], dconv.shape[2]):
+            dconv[b, pos, ob] = V(0.0)
         for ob in range(dconv.shape[2]):
             for py in range(py_n):
                 for px in range(px_n):
@@ -116,6 +125,7 @@ def conv_dweight_cl(part: VA3, dconv: VA3, inp: F2, n_c: ti.template(), h: ti.i3
     n_bb, n_ob = part.shape[0], dconv.shape[2]
     n_b = dconv.shape[0]
     oh_n = dconv.shape[1] // ow_n
+    ti.loop_config(block_dim=runtime.coarse_block)
     for t in range(n_bb * n_ob):
         bb, ob = t // n_ob, t % n_ob
         acc = [V(0.0) for _ in ti.static(range(n_c * kh * kw + 1))]

@@ -12,6 +12,7 @@ reads the layer input, both already contiguous along the output columns.
 """
 import taichi as ti
 
+from .. import runtime
 from . import F1, F2
 
 TM, L = 16, 16
@@ -26,6 +27,7 @@ def transpose_weight(wt: F2, params: F1, w_off: ti.i32, n_out: ti.i32):
     # row stride of wt off multiples of 4 KiB, which would map every row to the same L1 cache set.
     n_in = wt.shape[0]
     bo = n_out // L
+    ti.loop_config(block_dim=runtime.coarse_block)
     for t in range(bo * ((n_in + L - 1) // L)):
         o0, i0 = (t % bo) * L, (t // bo) * L
         if i0 + L <= n_in:
@@ -47,6 +49,7 @@ def linear_forward_cpu(out: F2, inp: F2, wt: F2, params: F1, b_off: ti.i32):
     # out: (B, OUT) f32 = inp: (B, IN) f32 @ wt: (IN, OUT + PAD) f32 + params[b_off:] (OUT,)
     m_n, n_n, k_n = out.shape[0], out.shape[1], inp.shape[1]
     mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
+    ti.loop_config(block_dim=runtime.coarse_block)
     for t in range(mt * nt):
         # Partial tiles read clamped rows (and wt's padding columns) and store only what exists.
         m0, n0 = (t // nt) * TM, (t % nt) * L
@@ -67,6 +70,7 @@ def linear_dweight_cpu(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_off: ti.
     # dout: (B, OUT) f32   inp: (B, IN) f32
     k_n, m_n, n_n = dout.shape[0], dout.shape[1], inp.shape[1]
     mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
+    ti.loop_config(block_dim=runtime.coarse_block)
     for t in range(mt * nt):
         m0, n0 = (t // nt) * TM, (t % nt) * L
         acc = [V(0.0) for _ in ti.static(range(TM))]
@@ -90,6 +94,7 @@ def linear_dinput_cpu(dinp: F2, dout: F2, params: F1, w_off: ti.i32):
     # dinp: (B, IN) f32 = dout: (B, OUT) f32 @ params[w_off:]: W (OUT, IN)
     m_n, n_n, k_n = dinp.shape[0], dinp.shape[1], dout.shape[1]
     mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
+    ti.loop_config(block_dim=runtime.coarse_block)
     for t in range(mt * nt):
         m0, n0 = (t // nt) * TM, (t % nt) * L
         acc = [V(0.0) for _ in ti.static(range(TM))]
