@@ -123,9 +123,11 @@ class Linear(Layer):
         return {"type": self.kind, "out_features": self.out_features}
 
     def scratch_shapes(self, batch):
-        # The CPU forward reads W transposed, refreshed from the parameters on every forward.
+        # The CPU kernels read their right-hand operand as 16-wide vectors: W transposed for the forward
+        # (refreshed from the parameters on every forward), the layer input for the weight gradient.
         if on_cpu():
-            return {"wt": ("f32", (self.in_features, self.out_features + K_gemm.PAD))}
+            return {"wt": ("v16", K_gemm.wt_shape(self.in_features, self.out_features)),
+                    "xv": ("v16", K_gemm.staged_shape(batch, self.in_features))}
         if K_tiled.use_split_k(self.in_features, self.out_features):
             return {"partial": ("f32", (batch, self.out_features * K_tiled.SPLIT))}
         return {}
@@ -141,7 +143,8 @@ class Linear(Layer):
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp):
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if "wt" in scratch:
-            K_gemm.linear_dweight_cpu(dparams, dout, inp, w_off, b_off)
+            K_gemm.stage_rows(scratch["xv"], inp)
+            K_gemm.linear_dweight_cpu(dparams, dout, scratch["xv"], w_off, b_off, self.in_features)
             if need_dinp:
                 K_gemm.linear_dinput_cpu(dinp, dout, params, w_off)
         else:  # (no activation: the output is never read, dout stands in for it)

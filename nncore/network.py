@@ -276,10 +276,12 @@ class Sequential:
 
     def workspace_bytes(self, batch: int) -> int:
         """An upper bound of what :meth:`workspace` allocates for ``batch``: every layer's output and input
-        gradient, the fused parts' conv buffers and the CPU Linear's transposed weights (f32 or i32)."""
+        gradient, the fused parts' conv buffers and the CPU Linear's transposed weights and staged inputs."""
         per_sample = math.prod(self.input_shape) + sum(2 * math.prod(l.out_shape) + 2 * math.prod(l.in_shape)
                                                         for l in self.layers)
-        fixed = sum(l.in_features * (l.out_features + 16) for l in self.layers if isinstance(l, Linear))
+        linears = [l for l in self.layers if isinstance(l, Linear)]
+        per_sample += sum(l.in_features + 16 for l in linears)  # the CPU's staged inputs
+        fixed = sum(l.in_features * (l.out_features + 32) for l in linears)  # the CPU's transposed weights
         return 4 * (batch * (per_sample + 8) + fixed)
 
     def forward(self, ws: Workspace):

@@ -6,6 +6,7 @@ shapes, against central finite differences of the float64 forward (< 1e-4, f32 k
 import numpy as np
 import pytest
 
+from nncore import runtime
 from nncore.kernels import activation as KA
 from nncore.kernels import conv as KC
 from nncore.kernels import gemm_cpu as KG
@@ -57,14 +58,20 @@ def test_linear_cpu_gemm(rng, cpu, b, n_in, n_out):
     dout = f32(rng.normal(size=(b, n_out)))
     params = np.concatenate([[7.0, -3.0], w.ravel(), bias])
     w_off, b_off = 2, 2 + w.size
-    wt = zeros(n_in, n_out + KG.PAD)
+    wt = runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=KG.wt_shape(n_in, n_out))
+    wt.from_numpy(np.full(wt.shape + (KG.L,), np.nan, np.float32))  # every lane the kernels read gets written
     KG.transpose_weight(wt, nd(params), w_off, n_out)
-    assert np.array_equal(wt.to_numpy()[:, :n_out], w.T.astype(np.float32))
+    got_wt = wt.to_numpy()[:, :-1].reshape(n_in, -1)
+    assert np.array_equal(got_wt[:, :n_out], w.T.astype(np.float32)) and np.all(got_wt[:, n_out:] == 0.0)
     out = zeros(b, n_out)
     KG.linear_forward_cpu(out, nd(x), wt, nd(params), b_off)
     assert rel_err(out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
+    xv = runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=KG.staged_shape(b, n_in))
+    KG.stage_rows(xv, nd(x))
+    staged = xv.to_numpy().reshape(b, -1)
+    assert np.array_equal(staged[:, :n_in], x.astype(np.float32)) and np.all(staged[:, n_in:] == 0.0)
     dparams, dinp = nd(np.full(params.size, 9.0)), zeros(b, n_in)
-    KG.linear_dweight_cpu(dparams, nd(dout), nd(x), w_off, b_off)
+    KG.linear_dweight_cpu(dparams, nd(dout), xv, w_off, b_off, n_in)
     KG.linear_dinput_cpu(dinp, nd(dout), nd(params), w_off)
     dx, dw, db = R.linear_grads(x, w, dout)
     got = dparams.to_numpy()
