@@ -123,11 +123,15 @@ class Linear(Layer):
         return {"type": self.kind, "out_features": self.out_features}
 
     def scratch_shapes(self, batch):
-        # The CPU kernels read their right-hand operand as 16-wide vectors: W transposed for the forward
-        # (refreshed from the parameters on every forward), the layer input for the weight gradient.
+        # The CPU kernels read both operands of each product staged as 16-wide vectors (nncore.kernels.gemm_cpu).
         if on_cpu():
-            return {"wt": ("v16", K_gemm.wt_shape(self.in_features, self.out_features)),
-                    "xv": ("v16", K_gemm.staged_shape(batch, self.in_features))}
+            n_in, n_out = self.in_features, self.out_features
+            shapes = {"wt": ("v16", K_gemm.wt_shape(n_in, n_out)), "dp": ("v16", K_gemm.panels_shape(batch, n_out)),
+                      "wv": ("v16", K_gemm.rows_shape(n_out, n_in))}
+            if K_gemm.staging_pays(n_out):
+                shapes.update(xp=("v16", K_gemm.panels_shape(batch, n_in)), xv=("v16", K_gemm.rows_shape(batch, n_in)),
+                              dv=("v16", K_gemm.rows_shape(batch, n_out)))
+            return shapes
         if K_tiled.use_split_k(self.in_features, self.out_features):
             return {"partial": ("f32", (batch, self.out_features * K_tiled.SPLIT))}
         return {}
@@ -136,17 +140,28 @@ class Linear(Layer):
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if "wt" in scratch:
             K_gemm.transpose_weight(scratch["wt"], params, w_off, self.out_features)
-            K_gemm.linear_forward_cpu(out, inp, scratch["wt"], params, b_off)
+            if "xp" in scratch:
+                K_gemm.stage_panels(scratch["xp"], inp)
+                K_gemm.linear_forward_cpu(out, scratch["xp"], scratch["wt"], params, b_off)
+            else:
+                K_gemm.linear_forward_cpu_direct(out, inp, scratch["wt"], params, b_off)
         else:
             K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, partial=scratch.get("partial"))
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp):
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if "wt" in scratch:
-            K_gemm.stage_rows(scratch["xv"], inp)
-            K_gemm.linear_dweight_cpu(dparams, dout, scratch["xv"], w_off, b_off, self.in_features)
+            if "xv" in scratch:
+                K_gemm.stage_rows(scratch["xv"], inp)
+                K_gemm.stage_rows(scratch["dv"], dout)
+                K_gemm.linear_dweight_cpu(dparams, dout, scratch["dv"], scratch["xv"], w_off, b_off,
+                                          self.in_features)
+            else:
+                K_gemm.linear_dweight_cpu_direct(dparams, dout, inp, w_off, b_off)
             if need_dinp:
-                K_gemm.linear_dinput_cpu(dinp, dout, params, w_off)
+                K_gemm.stage_panels(scratch["dp"], dout)
+                K_gemm.stage_rows_of(scratch["wv"], params, w_off, self.in_features)
+                K_gemm.linear_dinput_cpu(dinp, scratch["dp"], scratch["wv"])
         else:  # (no activation: the output is never read, dout stands in for it)
             K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, dout, params, w_off, b_off, need_dinp)
 

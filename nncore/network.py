@@ -276,12 +276,14 @@ class Sequential:
 
     def workspace_bytes(self, batch: int) -> int:
         """An upper bound of what :meth:`workspace` allocates for ``batch``: every layer's output and input
-        gradient, the fused parts' conv buffers and the CPU Linear's transposed weights and staged inputs."""
+        gradient, the fused parts' conv buffers and the CPU Linear's staged operands."""
         per_sample = math.prod(self.input_shape) + sum(2 * math.prod(l.out_shape) + 2 * math.prod(l.in_shape)
                                                         for l in self.layers)
         linears = [l for l in self.layers if isinstance(l, Linear)]
-        per_sample += sum(l.in_features + 16 for l in linears)  # the CPU's staged inputs
-        fixed = sum(l.in_features * (l.out_features + 32) for l in linears)  # the CPU's transposed weights
+        # The CPU's staged operands: the input twice and the output gradient twice per sample (rounded up to
+        # 16), and two copies of the weights.
+        per_sample += sum(2 * (l.in_features + 16) + 2 * (l.out_features + 16) for l in linears)
+        fixed = sum(2 * (l.in_features + 16) * (l.out_features + 32) for l in linears)
         return 4 * (batch * (per_sample + 8) + fixed)
 
     def forward(self, ws: Workspace):

@@ -1,16 +1,22 @@
 """CPU matrix products for the Linear layer: register-tiled, with 16-wide vector accumulators.
 
-Each kernel computes a (M, N) result as a sum over k of A[m, k] * B[k, n]: a tile of TM rows x 16 columns
-lives in TM vector registers; every k broadcasts TM scalars of A and loads one 16-wide row segment of B, then
-does TM 16-wide FMAs (runtime.init keeps vector types unscalarised on the CPU). B is read from a vector-typed
-ndarray, so that segment is one vector load: from a plain f32 ndarray it would be 16 scalar loads and 16
-inserts, as Taichi's index arithmetic hides the contiguity from LLVM (that cost half the forward's time).
-Partial tiles at the edges read clamped indices and store only what exists, so any shape works.
+Each product C (M, N) = sum over k of A[m, k] * B[k, n] runs one task per tile of 16 rows x 16 columns: the tile
+lives in 16 vector registers, and every k loads one 16-wide vector of B and broadcasts 16 scalars of A into 16
+FMAs (runtime.init keeps vector types unscalarised on the CPU). Both operands are read from vector-typed
+ndarrays the kernels stage first, because Taichi's index arithmetic hides contiguity from LLVM: from plain f32
+ndarrays, B's 16 neighbours compiled to 16 scalar loads and inserts, and each of A's 16 broadcasts to its own
+address computation. Staged, B is one load and A's 16 scalars sit in one vector, ``panel[mb, k]`` (rows
+mb*16..mb*16+15 of A at column k), so the broadcasts are loads at fixed offsets from one address. Forward at
+256x784x1024 on this machine's one core: 33 GFLOP/s from plain arrays, 84 staged.
 
-Linear's forward needs W^T (IN, OUT) as vectors along OUT: ``transpose_weight`` refreshes it before each
-forward. The weight gradient needs the layer input as vectors along IN: ``stage_rows`` copies it. The input
-gradient reads W (OUT, IN) from the parameters directly (scalar loads; it is the smallest of the three products
-in the networks here, or absent for a first layer).
+Staging per product (all O(size of an operand), against the product's O(M*N*K)):
+- forward, out = inp @ W^T + b: A = inp as panels (``stage_panels``), B = W^T as vectors along OUT
+  (``transpose_weight``, refreshed from the parameters before each forward);
+- weight gradient, dW = dout^T @ inp: A = dout^T, whose panels are dout's rows as vectors (``stage_rows``),
+  B = inp as vectors along IN (``stage_rows``);
+- input gradient, dinp = dout @ W: A = dout as panels, B = W's rows as vectors along IN (``stage_rows_of``).
+Partial tiles compute on zeros or clamped copies and store only what exists, so any shape works. Layers of few
+outputs skip the activations' staging (``staging_pays``).
 """
 import taichi as ti
 
@@ -28,9 +34,21 @@ def wt_shape(n_in: int, n_out: int) -> tuple:
     return (n_in, (n_out + L - 1) // L + 1)
 
 
-def staged_shape(batch: int, n: int) -> tuple:
-    """Shape of a (batch, n) activation staged as 16-wide vectors by ``stage_rows``."""
-    return (batch, (n + L - 1) // L)
+def rows_shape(rows: int, n: int) -> tuple:
+    """Shape of a (rows, n) matrix staged as 16-wide vectors along n (``stage_rows``, ``stage_rows_of``)."""
+    return (rows, (n + L - 1) // L)
+
+
+def staging_pays(n_out: int) -> bool:
+    """Whether Linear's forward and weight gradient stage their activation operands: each staged element is
+    then read once per 16 outputs, so for a layer of under 32 outputs (the cnn's 10,816 -> 10) staging is two
+    more passes over the input for no reuse, and the direct kernels run instead."""
+    return n_out >= 2 * L
+
+
+def panels_shape(rows: int, n: int) -> tuple:
+    """Shape of a (rows, n) matrix staged as panels of 16 rows (``stage_panels``)."""
+    return ((rows + L - 1) // L, n)
 
 
 @ti.kernel
@@ -65,21 +83,53 @@ def stage_rows(xv: VA2, x: F2):
 
 
 @ti.kernel
-def linear_forward_cpu(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i32):
-    # out: (B, OUT) f32 = inp: (B, IN) f32 @ wt: (IN, OUTB + 1) transposed weights + params[b_off:] (OUT,)
-    m_n, n_n, k_n = out.shape[0], out.shape[1], inp.shape[1]
-    mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
+def stage_rows_of(wv: VA2, params: F1, w_off: ti.i32, n: ti.i32):
+    # wv: (R, ceil(N / 16)) 16-wide vectors <- params[w_off:]: a (R, N) f32 matrix, zero past N
+    ti.loop_config(block_dim=runtime.coarse_block)
+    for r in range(wv.shape[0]):
+        for jb in range(wv.shape[1]):
+            v = V(0.0)
+            for l in ti.static(range(L)):
+                if jb * L + l < n:
+                    v[l] = params[w_off + r * n + jb * L + l]
+            wv[r, jb] = v
+
+
+@ti.kernel
+def stage_panels(xp: VA2, x: F2):
+    # xp: (ceil(B / 16), N) 16-wide vectors, xp[mb, k][l] = x[mb*16 + l, k] (the last row repeated past B)
+    m_n = x.shape[0]
+    ti.loop_config(block_dim=runtime.coarse_block)
+    for mb in range(xp.shape[0]):
+        for k in range(xp.shape[1]):
+            xp[mb, k] = V([x[ti.min(mb * L + l, m_n - 1), k] for l in ti.static(range(L))])
+
+
+@ti.func
+def _tile(a: ti.template(), a_rows: ti.template(), b: ti.template(), mb, nb, k_n):
+    """The 16x16 tile (mb, nb) of A @ B, summed over k < k_n: A's 16 rows at column k are ``a[mb, k]`` (or
+    ``a[k, mb]`` where ``a_rows``: dout's rows serve as the panels of dout^T), B's 16 columns ``b[k, nb]``."""
+    acc = [V(0.0) for _ in ti.static(range(TM))]
+    for k in range(k_n):
+        av = a[k, mb] if ti.static(a_rows) else a[mb, k]
+        bv = b[k, nb]
+        for i in ti.static(range(TM)):
+            acc[i] += av[i] * bv
+    return acc
+
+
+@ti.kernel
+def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, b_off: ti.i32):
+    # out: (B, OUT) f32 = inp @ W^T + b   xp: inp as panels (stage_panels)   wt: (IN, OUTB + 1) transposed W
+    # params[b_off:]: b (OUT,)
+    m_n, n_n, k_n = out.shape[0], out.shape[1], xp.shape[1]
+    mt, nt = xp.shape[0], (n_n + L - 1) // L
     ti.loop_config(block_dim=runtime.coarse_block)
     for t in range(mt * nt):
         # Consecutive tasks take the same 16 columns of wt (while it is in cache) for the next 16 rows.
-        # Partial tiles read clamped rows and store only what exists.
-        m0, nb = (t % mt) * TM, t // mt
-        acc = [V(0.0) for _ in ti.static(range(TM))]
-        for k in range(k_n):
-            bv = wt[k, nb]
-            for i in ti.static(range(TM)):
-                acc[i] += inp[ti.min(m0 + i, m_n - 1), k] * bv
-        n0 = nb * L
+        mb, nb = t % mt, t // mt
+        acc = _tile(xp, False, wt, mb, nb, k_n)
+        m0, n0 = mb * TM, nb * L
         for i in ti.static(range(TM)):  # (loops over j, not unrolled stores: a quarter of the machine code)
             if m0 + i < m_n:
                 for j in range(ti.min(L, n_n - n0)):
@@ -87,20 +137,16 @@ def linear_forward_cpu(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i32):
 
 
 @ti.kernel
-def linear_dweight_cpu(dparams: F1, dout: F2, xv: VA2, w_off: ti.i32, b_off: ti.i32, n_n: ti.i32):
+def linear_dweight_cpu(dparams: F1, dout: F2, dv: VA2, xv: VA2, w_off: ti.i32, b_off: ti.i32, n_n: ti.i32):
     # dparams[w_off:]: dW (OUT, IN) = dout^T @ inp   dparams[b_off:]: db (OUT,) = column sums of dout
-    # dout: (B, OUT) f32   xv: (B, ceil(IN / 16)) the layer input staged as vectors (stage_rows); n_n = IN
+    # dout: (B, OUT) f32   dv: dout's rows as vectors, xv: the layer input's (stage_rows); n_n = IN
     k_n, m_n = dout.shape[0], dout.shape[1]
-    mt, nt = (m_n + TM - 1) // TM, xv.shape[1]
+    mt, nt = dv.shape[1], xv.shape[1]
     ti.loop_config(block_dim=runtime.coarse_block)
     for t in range(mt * nt):
-        m0, nb = (t % mt) * TM, t // mt
-        acc = [V(0.0) for _ in ti.static(range(TM))]
-        for k in range(k_n):
-            bv = xv[k, nb]
-            for i in ti.static(range(TM)):
-                acc[i] += dout[k, ti.min(m0 + i, m_n - 1)] * bv
-        n0 = nb * L
+        mb, nb = t % mt, t // mt
+        acc = _tile(dv, True, xv, mb, nb, k_n)
+        m0, n0 = mb * TM, nb * L
         for i in ti.static(range(TM)):
             if m0 + i < m_n:
                 for j in range(ti.min(L, n_n - n0)):
@@ -113,19 +159,59 @@ def linear_dweight_cpu(dparams: F1, dout: F2, xv: VA2, w_off: ti.i32, b_off: ti.
 
 
 @ti.kernel
-def linear_dinput_cpu(dinp: F2, dout: F2, params: F1, w_off: ti.i32):
-    # dinp: (B, IN) f32 = dout: (B, OUT) f32 @ params[w_off:]: W (OUT, IN)
-    m_n, n_n, k_n = dinp.shape[0], dinp.shape[1], dout.shape[1]
+def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i32):
+    # As linear_forward_cpu, with A's scalars read from inp itself (see ``staging_pays``)
+    m_n, n_n, k_n = out.shape[0], out.shape[1], inp.shape[1]
+    mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
+    ti.loop_config(block_dim=runtime.coarse_block)
+    for t in range(mt * nt):
+        mb, nb = t % mt, t // mt
+        m0, n0 = mb * TM, nb * L
+        acc = [V(0.0) for _ in ti.static(range(TM))]
+        for k in range(k_n):
+            bv = wt[k, nb]
+            for i in ti.static(range(TM)):
+                acc[i] += inp[ti.min(m0 + i, m_n - 1), k] * bv
+        for i in ti.static(range(TM)):
+            if m0 + i < m_n:
+                for j in range(ti.min(L, n_n - n0)):
+                    out[m0 + i, n0 + j] = acc[i][j] + params[b_off + n0 + j]
+
+
+@ti.kernel
+def linear_dweight_cpu_direct(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_off: ti.i32):
+    # As linear_dweight_cpu, with both operands read from dout and inp themselves (see ``staging_pays``)
+    k_n, m_n, n_n = dout.shape[0], dout.shape[1], inp.shape[1]
     mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
     ti.loop_config(block_dim=runtime.coarse_block)
     for t in range(mt * nt):
         m0, n0 = (t // nt) * TM, (t % nt) * L
         acc = [V(0.0) for _ in ti.static(range(TM))]
         for k in range(k_n):
-            base = w_off + k * n_n
-            bv = V([params[base + ti.min(n0 + j, n_n - 1)] for j in ti.static(range(L))])
+            bv = V([inp[k, ti.min(n0 + j, n_n - 1)] for j in ti.static(range(L))])
             for i in ti.static(range(TM)):
-                acc[i] += dout[ti.min(m0 + i, m_n - 1), k] * bv
+                acc[i] += dout[k, ti.min(m0 + i, m_n - 1)] * bv
+        for i in ti.static(range(TM)):
+            if m0 + i < m_n:
+                for j in range(ti.min(L, n_n - n0)):
+                    dparams[w_off + (m0 + i) * n_n + n0 + j] = acc[i][j]
+    for m in range(m_n):
+        acc = 0.0
+        for k in range(k_n):
+            acc += dout[k, m]
+        dparams[b_off + m] = acc
+
+
+@ti.kernel
+def linear_dinput_cpu(dinp: F2, dp: VA2, wv: VA2):
+    # dinp: (B, IN) f32 = dout @ W   dp: dout as panels (stage_panels)   wv: W's rows as vectors (stage_rows_of)
+    m_n, n_n, k_n = dinp.shape[0], dinp.shape[1], dp.shape[1]
+    mt, nt = dp.shape[0], wv.shape[1]
+    ti.loop_config(block_dim=runtime.coarse_block)
+    for t in range(mt * nt):
+        mb, nb = t // nt, t % nt  # along the rows of dinp: its writes are most of the traffic when OUT is small
+        acc = _tile(dp, False, wv, mb, nb, k_n)
+        m0, n0 = mb * TM, nb * L
         for i in ti.static(range(TM)):
             if m0 + i < m_n:
                 for j in range(ti.min(L, n_n - n0)):

@@ -58,21 +58,36 @@ def test_linear_cpu_gemm(rng, cpu, b, n_in, n_out):
     dout = f32(rng.normal(size=(b, n_out)))
     params = np.concatenate([[7.0, -3.0], w.ravel(), bias])
     w_off, b_off = 2, 2 + w.size
-    wt = runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=KG.wt_shape(n_in, n_out))
+    vec = lambda shape: runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=shape)  # noqa: E731
+    wt = vec(KG.wt_shape(n_in, n_out))
     wt.from_numpy(np.full(wt.shape + (KG.L,), np.nan, np.float32))  # every lane the kernels read gets written
     KG.transpose_weight(wt, nd(params), w_off, n_out)
     got_wt = wt.to_numpy()[:, :-1].reshape(n_in, -1)
     assert np.array_equal(got_wt[:, :n_out], w.T.astype(np.float32)) and np.all(got_wt[:, n_out:] == 0.0)
+    xp = vec(KG.panels_shape(b, n_in))
+    KG.stage_panels(xp, nd(x))
+    panels = xp.to_numpy().transpose(0, 2, 1).reshape(-1, n_in)  # (16 * ceil(b / 16), IN)
+    assert np.array_equal(panels[:b], x.astype(np.float32)) and np.all(panels[b:] == panels[b - 1])
     out = zeros(b, n_out)
-    KG.linear_forward_cpu(out, nd(x), wt, nd(params), b_off)
+    KG.linear_forward_cpu(out, xp, wt, nd(params), b_off)
     assert rel_err(out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
-    xv = runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=KG.staged_shape(b, n_in))
+    xv, dv = vec(KG.rows_shape(b, n_in)), vec(KG.rows_shape(b, n_out))
     KG.stage_rows(xv, nd(x))
+    KG.stage_rows(dv, nd(dout))
     staged = xv.to_numpy().reshape(b, -1)
     assert np.array_equal(staged[:, :n_in], x.astype(np.float32)) and np.all(staged[:, n_in:] == 0.0)
     dparams, dinp = nd(np.full(params.size, 9.0)), zeros(b, n_in)
-    KG.linear_dweight_cpu(dparams, nd(dout), xv, w_off, b_off, n_in)
-    KG.linear_dinput_cpu(dinp, nd(dout), nd(params), w_off)
+    KG.linear_dweight_cpu(dparams, nd(dout), dv, xv, w_off, b_off, n_in)
+    dp, wv = vec(KG.panels_shape(b, n_out)), vec(KG.rows_shape(n_out, n_in))
+    KG.stage_panels(dp, nd(dout))
+    KG.stage_rows_of(wv, nd(params), w_off, n_in)
+    assert np.array_equal(wv.to_numpy().reshape(n_out, -1)[:, :n_in], w.astype(np.float32))
+    KG.linear_dinput_cpu(dinp, dp, wv)
+    direct_out, direct_dparams = zeros(b, n_out), nd(np.full(params.size, 9.0))
+    KG.linear_forward_cpu_direct(direct_out, nd(x), wt, nd(params), b_off)
+    KG.linear_dweight_cpu_direct(direct_dparams, nd(dout), nd(x), w_off, b_off)
+    assert rel_err(direct_out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
+    assert rel_err(direct_dparams.to_numpy()[w_off:b_off].reshape(w.shape), R.linear_grads(x, w, dout)[1]) < BWD_TOL
     dx, dw, db = R.linear_grads(x, w, dout)
     got = dparams.to_numpy()
     assert rel_err(got[w_off:b_off].reshape(w.shape), dw) < BWD_TOL
