@@ -65,7 +65,8 @@ class SGD(Optimizer):
         super().__init__(n_params, lr, weight_decay)
 
     def step(self, params, grads):
-        K.sgd_step(params, self.state["velocity"], grads, self.lr, self.momentum, self.weight_decay)
+        K.sgd_step(params, self.state["velocity"], grads, self.lr, self.momentum, self.weight_decay,
+                   self.momentum != 0.0)
         self.steps += 1
 
     def __repr__(self):

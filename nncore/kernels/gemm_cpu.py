@@ -35,8 +35,10 @@ def wt_shape(n_in: int, n_out: int) -> tuple:
 
 
 def rows_shape(rows: int, n: int) -> tuple:
-    """Shape of a (rows, n) matrix staged as 16-wide vectors along n (``stage_rows``, ``stage_rows_of``)."""
-    return (rows, (n + L - 1) // L)
+    """Shape of a (rows, n) matrix staged as 16-wide vectors along n (``stage_rows``, ``stage_rows_of``), with a
+    spare vector per row: a row of 1,024 floats is 4 KiB, and the kernels walk such a buffer down a column,
+    where a 4 KiB stride puts every load in one L1 set."""
+    return (rows, (n + L - 1) // L + 1)
 
 
 def staging_pays(n_out: int) -> bool:
@@ -70,7 +72,7 @@ def transpose_weight(wt: VA2, params: F1, w_off: ti.i32, n_out: ti.i32):
 
 @ti.kernel
 def stage_rows(xv: VA2, x: F2):
-    # xv: (B, ceil(N / 16)) 16-wide vectors <- x: (B, N) f32, zero past N
+    # xv: (B, ceil(N / 16) + 1) 16-wide vectors <- x: (B, N) f32, zero past N (rows_shape)
     n = x.shape[1]
     ti.loop_config(block_dim=runtime.coarse_block)
     for b in range(x.shape[0]):
@@ -84,7 +86,7 @@ def stage_rows(xv: VA2, x: F2):
 
 @ti.kernel
 def stage_rows_of(wv: VA2, params: F1, w_off: ti.i32, n: ti.i32):
-    # wv: (R, ceil(N / 16)) 16-wide vectors <- params[w_off:]: a (R, N) f32 matrix, zero past N
+    # wv: (R, ceil(N / 16) + 1) 16-wide vectors <- params[w_off:]: a (R, N) f32 matrix, zero past N
     ti.loop_config(block_dim=runtime.coarse_block)
     for r in range(wv.shape[0]):
         for jb in range(wv.shape[1]):
@@ -141,7 +143,7 @@ def linear_dweight_cpu(dparams: F1, dout: F2, dv: VA2, xv: VA2, w_off: ti.i32, b
     # dparams[w_off:]: dW (OUT, IN) = dout^T @ inp   dparams[b_off:]: db (OUT,) = column sums of dout
     # dout: (B, OUT) f32   dv: dout's rows as vectors, xv: the layer input's (stage_rows); n_n = IN
     k_n, m_n = dout.shape[0], dout.shape[1]
-    mt, nt = dv.shape[1], xv.shape[1]
+    mt, nt = (m_n + L - 1) // L, (n_n + L - 1) // L
     ti.loop_config(block_dim=runtime.coarse_block)
     for t in range(mt * nt):
         mb, nb = t % mt, t // mt
@@ -206,7 +208,7 @@ def linear_dweight_cpu_direct(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_o
 def linear_dinput_cpu(dinp: F2, dp: VA2, wv: VA2):
     # dinp: (B, IN) f32 = dout @ W   dp: dout as panels (stage_panels)   wv: W's rows as vectors (stage_rows_of)
     m_n, n_n, k_n = dinp.shape[0], dinp.shape[1], dp.shape[1]
-    mt, nt = dp.shape[0], wv.shape[1]
+    mt, nt = dp.shape[0], (n_n + L - 1) // L
     ti.loop_config(block_dim=runtime.coarse_block)
     for t in range(mt * nt):
         mb, nb = t // nt, t % nt  # along the rows of dinp: its writes are most of the traffic when OUT is small

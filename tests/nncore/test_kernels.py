@@ -357,9 +357,12 @@ def test_count_correct(arch, rng, k):
 def test_sgd_step(arch, rng):
     p, v, g = (f32(rng.normal(size=1013)) for _ in range(3))
     pa, va = nd(p), nd(v)
-    KO.sgd_step(pa, va, nd(g), 0.05, 0.9, 0.01)
+    KO.sgd_step(pa, va, nd(g), 0.05, 0.9, 0.01, True)
     want_p, want_v = R.sgd(p, v, g, 0.05, 0.9, 0.01)
     assert rel_err(pa.to_numpy(), want_p) < FWD_TOL
+    assert rel_err(va.to_numpy(), want_v) < FWD_TOL
+    KO.sgd_step(pa, va, nd(g), 0.05, 0.0, 0.01, False)  # no momentum: the velocity is left alone
+    assert rel_err(pa.to_numpy(), R.sgd(want_p, want_v, g, 0.05, 0.0, 0.01)[0]) < FWD_TOL
     assert rel_err(va.to_numpy(), want_v) < FWD_TOL
 
 
