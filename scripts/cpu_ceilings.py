@@ -1,0 +1,104 @@
+"""What this CPU can do, measured the way docs/PERFORMANCE.md quotes it.
+
+    python scripts/cpu_ceilings.py [--repeats N]
+
+Prints, each the median of N timed runs after a warm-up:
+- NumPy's BLAS: float32 GEMM 2048^3 (what a vendor library reaches);
+- memory bandwidth: np.copyto of 64 MiB (read + write);
+- Taichi's arithmetic ceiling: 12 independent chains of 16-wide FMAs in registers, no memory traffic;
+- nncore's Linear forward product at net-1h's size (256 x 784 -> 1024), both operands staged as vectors
+  (the kernel the network runs) and with A read directly (the kernel for layers of few outputs),
+on cpu-serial and on cpu-parallel.
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+
+def median_s(fn, repeats: int, sync=lambda: None) -> float:
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def numpy_rows(repeats: int) -> list[tuple[str, str]]:
+    a = np.random.default_rng(0).random((2048, 2048), dtype=np.float32)
+    t = median_s(lambda: a @ a, repeats)
+    src, dst = np.ones(16 << 20, np.float32), np.empty(16 << 20, np.float32)
+    c = median_s(lambda: np.copyto(dst, src), repeats)
+    return [("NumPy BLAS float32 GEMM 2048^3", f"{2 * 2048 ** 3 / t / 1e9:.0f} GFLOP/s"),
+            ("memory copy, 64 MiB", f"{2 * src.nbytes / c / 1e9:.1f} GB/s (read + write)")]
+
+
+def taichi_rows(arch: str, repeats: int) -> list[tuple[str, str]]:
+    from nncore import runtime
+
+    info = runtime.init(arch)
+    ti = runtime.ti
+    from nncore.kernels import gemm_cpu as G
+
+    V = ti.types.vector(16, ti.f32)
+
+    @ti.kernel
+    def fma_chains(out: ti.types.ndarray(dtype=V, ndim=1), n: ti.i32):
+        ti.loop_config(block_dim=runtime.coarse_block)
+        for t in range(out.shape[0]):
+            acc = [V(0.0) for _ in ti.static(range(12))]
+            x, y = V(1.0001), V(0.9999)
+            for _ in range(n):
+                for i in ti.static(range(12)):
+                    acc[i] = acc[i] * y + x
+            s = V(0.0)
+            for i in ti.static(range(12)):
+                s += acc[i]
+            out[t] = s
+
+    out = ti.Vector.ndarray(16, ti.f32, shape=(64,))
+    n = 100_000
+    t = median_s(lambda: fma_chains(out, n), repeats, ti.sync)
+    rows = [(f"Taichi FMA ceiling, {arch} ({info.threads} thread{'s' if info.threads > 1 else ''})",
+             f"{64 * n * 12 * 16 * 2 / t / 1e9:.0f} GFLOP/s")]
+
+    m, k, n_out = 256, 784, 1024
+    rng = np.random.default_rng(0)
+    inp = ti.ndarray(ti.f32, (m, k))
+    inp.from_numpy(rng.normal(size=(m, k)).astype(np.float32))
+    params = ti.ndarray(ti.f32, (n_out * k + n_out,))
+    params.from_numpy(rng.normal(size=n_out * k + n_out).astype(np.float32))
+    out2 = ti.ndarray(ti.f32, (m, n_out))
+    wt = ti.Vector.ndarray(16, ti.f32, shape=G.wt_shape(k, n_out))
+    xp = ti.Vector.ndarray(16, ti.f32, shape=G.panels_shape(m, k))
+    G.transpose_weight(wt, params, 0, n_out)
+    G.stage_panels(xp, inp)
+    flops = 2 * m * k * n_out
+    staged = median_s(lambda: G.linear_forward_cpu(out2, xp, wt, params, n_out * k), repeats, ti.sync)
+    direct = median_s(lambda: G.linear_forward_cpu_direct(out2, inp, wt, params, n_out * k), repeats, ti.sync)
+    stage = median_s(lambda: (G.transpose_weight(wt, params, 0, n_out), G.stage_panels(xp, inp)), repeats,
+                     ti.sync)
+    rows += [(f"Linear forward 256x784x1024, operands staged, {arch}",
+              f"{flops / staged / 1e9:.0f} GFLOP/s (+{stage * 1e3:.2f} ms staging)"),
+             (f"Linear forward 256x784x1024, A read directly, {arch}", f"{flops / direct / 1e9:.0f} GFLOP/s")]
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=7)
+    args = ap.parse_args()
+    rows = numpy_rows(args.repeats) + taichi_rows("cpu-serial", args.repeats) + taichi_rows("cpu-parallel",
+                                                                                              args.repeats)
+    width = max(len(r[0]) for r in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    main()
