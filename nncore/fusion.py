@@ -36,7 +36,7 @@ class Part:
                         need_dinp)
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
-        return self.fused.scratch_shapes(batch, need_dinp) if self.fused else self.layers[0].scratch_shapes(batch)
+        return (self.fused or self.layers[0]).scratch_shapes(batch, need_dinp)
 
     @property
     def name(self) -> str:

@@ -43,8 +43,9 @@ class Layer:
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         return {}
 
-    def scratch_shapes(self, batch: int) -> dict[str, tuple[str, tuple[int, ...]]]:
-        """Extra buffers this layer needs per batch size: name -> ("f32" or "i32", shape)."""
+    def scratch_shapes(self, batch: int, need_dinp: bool = True) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """Extra buffers this layer needs per batch size (and whether its input gradient is computed):
+        name -> ("f32", "i32" or "v16", shape)."""
         return {}
 
     def flops(self, batch: int, need_dinp: bool = True) -> tuple[int, int]:
@@ -122,12 +123,13 @@ class Linear(Layer):
     def spec(self):
         return {"type": self.kind, "out_features": self.out_features}
 
-    def scratch_shapes(self, batch):
+    def scratch_shapes(self, batch, need_dinp=True):
         # The CPU kernels read both operands of each product staged as 16-wide vectors (nncore.kernels.gemm_cpu).
         if on_cpu():
             n_in, n_out = self.in_features, self.out_features
-            shapes = {"wt": ("v16", K_gemm.wt_shape(n_in, n_out)), "dp": ("v16", K_gemm.panels_shape(batch, n_out)),
-                      "wv": ("v16", K_gemm.rows_shape(n_out, n_in))}
+            shapes = {"wt": ("v16", K_gemm.wt_shape(n_in, n_out))}
+            if need_dinp:
+                shapes.update(dp=("v16", K_gemm.panels_shape(batch, n_out)), wv=("v16", K_gemm.rows_shape(n_out, n_in)))
             if K_gemm.staging_pays(n_out):
                 shapes.update(xp=("v16", K_gemm.panels_shape(batch, n_in)), xv=("v16", K_gemm.rows_shape(batch, n_in)),
                               dv=("v16", K_gemm.rows_shape(batch, n_out)))
@@ -276,7 +278,7 @@ class MaxPool2D(Layer):
         ow = _out_size(self, self.w, self.kernel[1], self.stride[1], 0, "width")
         self.out_shape = (self.c, oh, ow)
 
-    def scratch_shapes(self, batch):
+    def scratch_shapes(self, batch, need_dinp=True):
         return {"argmax": ("i32", (batch, _size(self.out_shape)))}
 
     def flops(self, batch, need_dinp=True):

@@ -20,7 +20,7 @@ from . import runtime
 from .errors import ConfigError, DataError, StaleBufferError
 from .fileio import read_npz, write_npz_atomic
 from .fusion import plan
-from .layers import LAYER_TYPES, Flatten, Layer, Linear, MaxPool2D, ReLU, init_params
+from .layers import LAYER_TYPES, Flatten, Layer, MaxPool2D, ReLU, init_params
 from .losses import Loss
 from .runtime import ti
 
@@ -276,15 +276,14 @@ class Sequential:
 
     def workspace_bytes(self, batch: int) -> int:
         """An upper bound of what :meth:`workspace` allocates for ``batch``: every layer's output and input
-        gradient, the fused parts' conv buffers and the CPU Linear's staged operands."""
+        gradient (counted even where they are shared), labels and losses, and every part's scratch buffers as the
+        part declares them for the current backend (f32/i32 4 bytes, v16 64 bytes an element)."""
         per_sample = math.prod(self.input_shape) + sum(2 * math.prod(l.out_shape) + 2 * math.prod(l.in_shape)
                                                         for l in self.layers)
-        linears = [l for l in self.layers if isinstance(l, Linear)]
-        # The CPU's staged operands: the input twice and the output gradient twice per sample (rounded up to
-        # 16), and two copies of the weights.
-        per_sample += sum(2 * (l.in_features + 16) + 2 * (l.out_features + 16) for l in linears)
-        fixed = sum(2 * (l.in_features + 16) * (l.out_features + 32) for l in linears)
-        return 4 * (batch * (per_sample + 8) + fixed)
+        scratch = sum(math.prod(shape) * (64 if dtype == "v16" else 4)
+                      for part in self.parts
+                      for dtype, shape in part.scratch_shapes(batch, self.need_dinp[part.first]).values())
+        return 4 * batch * (per_sample + 8) + scratch
 
     def forward(self, ws: Workspace):
         self._check_live()

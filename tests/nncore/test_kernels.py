@@ -29,6 +29,11 @@ def zeros(*shape):
     return nd(np.zeros(shape, np.float32))
 
 
+def nans(*shape):
+    """An output buffer whose every element a kernel must overwrite (a skipped one stays NaN)."""
+    return nd(np.full(shape, np.nan, np.float32))
+
+
 @pytest.mark.parametrize("b,n_in,n_out", [(1, 1, 1), (5, 37, 13), (3, 129, 67), (17, 5, 130)])
 def test_linear(arch, rng, b, n_in, n_out):
     x, w, bias = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in))), f32(rng.normal(size=n_out))
@@ -68,7 +73,7 @@ def test_linear_cpu_gemm(rng, cpu, b, n_in, n_out):
     KG.stage_panels(xp, nd(x))
     panels = xp.to_numpy().transpose(0, 2, 1).reshape(-1, n_in)  # (16 * ceil(b / 16), IN)
     assert np.array_equal(panels[:b], x.astype(np.float32)) and np.all(panels[b:] == panels[b - 1])
-    out = zeros(b, n_out)
+    out = nans(b, n_out)
     KG.linear_forward_cpu(out, xp, wt, nd(params), b_off)
     assert rel_err(out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
     xv, dv = vec(KG.rows_shape(b, n_in)), vec(KG.rows_shape(b, n_out))
@@ -76,19 +81,22 @@ def test_linear_cpu_gemm(rng, cpu, b, n_in, n_out):
     KG.stage_rows(dv, nd(dout))
     staged = xv.to_numpy().reshape(b, -1)
     assert np.array_equal(staged[:, :n_in], x.astype(np.float32)) and np.all(staged[:, n_in:] == 0.0)
-    dparams, dinp = nd(np.full(params.size, 9.0)), zeros(b, n_in)
+    dparams, dinp = nd(np.full(params.size, 9.0)), nans(b, n_in)
     KG.linear_dweight_cpu(dparams, nd(dout), dv, xv, w_off, b_off, n_in)
     dp, wv = vec(KG.panels_shape(b, n_out)), vec(KG.rows_shape(n_out, n_in))
     KG.stage_panels(dp, nd(dout))
     KG.stage_rows_of(wv, nd(params), w_off, n_in)
     assert np.array_equal(wv.to_numpy().reshape(n_out, -1)[:, :n_in], w.astype(np.float32))
     KG.linear_dinput_cpu(dinp, dp, wv)
-    direct_out, direct_dparams = zeros(b, n_out), nd(np.full(params.size, 9.0))
+    dx, dw, db = R.linear_grads(x, w, dout)
+    # The direct kernels (layers of few outputs), outputs poisoned so that a skipped element shows.
+    direct_out, direct_dparams = nans(b, n_out), nd(np.full(params.size, 9.0))
     KG.linear_forward_cpu_direct(direct_out, nd(x), wt, nd(params), b_off)
     KG.linear_dweight_cpu_direct(direct_dparams, nd(dout), nd(x), w_off, b_off)
     assert rel_err(direct_out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
-    assert rel_err(direct_dparams.to_numpy()[w_off:b_off].reshape(w.shape), R.linear_grads(x, w, dout)[1]) < BWD_TOL
-    dx, dw, db = R.linear_grads(x, w, dout)
+    got_direct = direct_dparams.to_numpy()
+    assert rel_err(got_direct[w_off:b_off].reshape(w.shape), dw) < BWD_TOL
+    assert rel_err(got_direct[b_off:], db) < BWD_TOL and np.all(got_direct[:2] == 9.0)
     got = dparams.to_numpy()
     assert rel_err(got[w_off:b_off].reshape(w.shape), dw) < BWD_TOL
     assert rel_err(got[b_off:], db) < BWD_TOL and np.all(got[:2] == 9.0)
@@ -196,13 +204,14 @@ ACTS = {
 
 
 @pytest.mark.parametrize("name", sorted(ACTS))
-@pytest.mark.parametrize("shape,chunk", [((1, 1), 1), ((7, 33), 5), ((3, 1001), 4096), ((3, 1001), 1)])
+@pytest.mark.parametrize("shape,chunk", [((1, 1), 1), ((7, 33), 5), ((3, 1001), 4096), ((3, 1001), 1),
+                                         ((64, 10), 7), ((5, 10), 10)])
 def test_activation(arch, rng, name, shape, chunk):
     fwd, bwd, ref = ACTS[name]
     x = f32(rng.normal(scale=3.0, size=shape))
     x = np.where(np.abs(x) < 1e-3, 1e-3, x)  # finite differences across ReLU's kink are meaningless
     dout = f32(rng.normal(size=shape))
-    out, dinp = zeros(*shape), zeros(*shape)
+    out, dinp = nans(*shape), nans(*shape)
     fwd(out, nd(x), chunk)
     assert rel_err(out.to_numpy(), ref(x)) < FWD_TOL
     bwd(dinp, nd(dout), out, chunk)
@@ -364,6 +373,19 @@ def test_sgd_step(arch, rng):
     KO.sgd_step(pa, va, nd(g), 0.05, 0.0, 0.01, False)  # no momentum: the velocity is left alone
     assert rel_err(pa.to_numpy(), R.sgd(want_p, want_v, g, 0.05, 0.0, 0.01)[0]) < FWD_TOL
     assert rel_err(va.to_numpy(), want_v) < FWD_TOL
+
+
+def test_sgd_without_momentum_leaves_the_velocity_alone(arch, rng):
+    from nncore.optim import SGD
+
+    p, g = f32(rng.normal(size=1013)), f32(rng.normal(size=1013))
+    opt = SGD(p.size, lr=0.05, momentum=0.0, weight_decay=0.01)
+    pa = nd(p)
+    opt.step(pa, nd(g))
+    opt.step(pa, nd(g))
+    want = R.sgd(R.sgd(p, 0.0, g, 0.05, 0.0, 0.01)[0], 0.0, g, 0.05, 0.0, 0.01)[0]
+    assert rel_err(pa.to_numpy(), want) < FWD_TOL
+    assert np.all(opt.state_dict()["velocity"] == 0.0)  # so a later momentum starts from clone(g), as PyTorch
 
 
 def test_adam_steps(arch, rng):

@@ -107,6 +107,36 @@ def test_network_gradients_match_finite_differences(arch, rng, loss):
     _check_against_finite_differences(net, rng.normal(size=(5, math.prod(CNN_INPUT))), rng.integers(0, 4, size=5))
 
 
+def test_wide_mlp_gradients_match_finite_differences(arch, rng):
+    """Linear layers on both sides of the CPU's staging threshold (31 and 3 outputs read their activations
+    directly, 32 and 33 stage them), batch 17 (a partial 16-row panel), each followed by an activation."""
+    layers = [{"type": "Linear", "out_features": 33}, {"type": "Tanh"}, {"type": "Linear", "out_features": 31},
+              {"type": "ReLU"}, {"type": "Linear", "out_features": 32}, {"type": "Sigmoid"},
+              {"type": "Linear", "out_features": 3}]
+    net = Sequential(layers, [19], "cross_entropy", seed=5)
+    _check_against_finite_differences(net, rng.normal(size=(17, 19)), rng.integers(0, 3, size=17))
+
+
+def _nbytes(arr) -> int:
+    return int(np.prod(arr.shape)) * 4 * (arr.n if hasattr(arr, "n") else 1)
+
+
+@pytest.mark.parametrize("layers,input_shape", [
+    ([{"type": "Linear", "out_features": 4096}, {"type": "ReLU"}, {"type": "Linear", "out_features": 2}], [1]),
+    ([{"type": "Linear", "out_features": 2}, {"type": "ReLU"}, {"type": "Linear", "out_features": 4096}], [1]),
+    ([{"type": "Linear", "out_features": 33}, {"type": "ReLU"}, {"type": "Linear", "out_features": 1000}], [17]),
+    (CNN, CNN_INPUT)])
+@pytest.mark.parametrize("batch", [1, 17, 256])
+def test_workspace_estimate_bounds_what_is_allocated(cpu, layers, input_shape, batch):
+    """The memory guard's estimate is an upper bound of every buffer a workspace allocates, and not a wild one."""
+    net = Sequential(layers, input_shape, "mse" if len(input_shape) == 1 else "cross_entropy")
+    ws = net.workspace(batch)
+    arrays = ws.acts + ws.dacts + [a for d in ws.scratch for a in d.values()] + [ws.labels, ws.losses,
+                                                                                 ws.loss_out, ws.correct]
+    allocated = sum(_nbytes(a) for a in {id(a): a for a in arrays if a is not None}.values())
+    assert allocated <= net.workspace_bytes(batch) <= 3 * allocated
+
+
 def _one_step(arch, x, y, opt_cls, **opt_args):
     runtime.init(arch)
     net = Sequential(CNN, CNN_INPUT, "cross_entropy", seed=11)
