@@ -14,7 +14,7 @@ def relu_forward(out: F2, inp: F2, chunk: ti.i32):
     # out: (B, N) f32   inp: (B, N) f32
     n = out.shape[1]
     total = out.shape[0] * n
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range((total + chunk - 1) // chunk):
         b, j = (t * chunk) // n, (t * chunk) % n
         for _ in range(ti.min(chunk, total - t * chunk)):
@@ -29,7 +29,7 @@ def relu_backward(dinp: F2, dout: F2, out: F2, chunk: ti.i32):
     # dinp: (B, N) f32   dout: (B, N) f32   out: (B, N) f32 (forward output)
     n = dinp.shape[1]
     total = dinp.shape[0] * n
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range((total + chunk - 1) // chunk):
         b, j = (t * chunk) // n, (t * chunk) % n
         for _ in range(ti.min(chunk, total - t * chunk)):
@@ -53,7 +53,7 @@ def sigmoid_forward(out: F2, inp: F2, chunk: ti.i32):
     # out: (B, N) f32   inp: (B, N) f32
     n = out.shape[1]
     total = out.shape[0] * n
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range((total + chunk - 1) // chunk):
         b, j = (t * chunk) // n, (t * chunk) % n
         for _ in range(ti.min(chunk, total - t * chunk)):
@@ -68,7 +68,7 @@ def sigmoid_backward(dinp: F2, dout: F2, out: F2, chunk: ti.i32):
     # dinp: (B, N) f32   dout: (B, N) f32   out: (B, N) f32 (forward output)
     n = dinp.shape[1]
     total = dinp.shape[0] * n
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range((total + chunk - 1) // chunk):
         b, j = (t * chunk) // n, (t * chunk) % n
         for _ in range(ti.min(chunk, total - t * chunk)):
@@ -84,7 +84,7 @@ def tanh_forward(out: F2, inp: F2, chunk: ti.i32):
     # out: (B, N) f32   inp: (B, N) f32
     n = out.shape[1]
     total = out.shape[0] * n
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range((total + chunk - 1) // chunk):
         b, j = (t * chunk) // n, (t * chunk) % n
         for _ in range(ti.min(chunk, total - t * chunk)):
@@ -99,7 +99,7 @@ def tanh_backward(dinp: F2, dout: F2, out: F2, chunk: ti.i32):
     # dinp: (B, N) f32   dout: (B, N) f32   out: (B, N) f32 (forward output)
     n = dinp.shape[1]
     total = dinp.shape[0] * n
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range((total + chunk - 1) // chunk):
         b, j = (t * chunk) // n, (t * chunk) % n
         for _ in range(ti.min(chunk, total - t * chunk)):

@@ -5,6 +5,7 @@ Weights W (OC, C, KH, KW) and bias (OC,) sit in the flat parameter buffer at w_o
 """
 import taichi as ti
 
+from .. import runtime
 from . import F1, F2
 
 
@@ -15,6 +16,7 @@ def conv2d_forward(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.i32,
     # out: (B, OC*OH*OW) f32   inp: (B, C*H*W) f32   params[w_off:]: W (OC, C, KH, KW)   params[b_off:]: b (OC,)
     oh_n = (h + 2 * ph - kh) // sh + 1
     ow_n = (w + 2 * pw - kw) // sw + 1
+    ti.loop_config(serialize=runtime.serial)
     for b, oc, oy, ox in ti.ndrange(out.shape[0], n_oc, oh_n, ow_n):
         acc = params[b_off + oc]
         for c in range(n_c):
@@ -39,6 +41,7 @@ def conv2d_backward(dinp: F2, dparams: F1, dout: F2, inp: F2, params: F1, w_off:
     oh_n = (h + 2 * ph - kh) // sh + 1
     ow_n = (w + 2 * pw - kw) // sw + 1
     # dinp[b, c, iy, ix] gathers every output that read it: no atomics.
+    ti.loop_config(serialize=runtime.serial)
     for b, c, iy, ix in ti.ndrange(n_b * need_dinp, n_c, h, w):
         acc = 0.0
         for ky in range(kh):
@@ -52,6 +55,7 @@ def conv2d_backward(dinp: F2, dparams: F1, dout: F2, inp: F2, params: F1, w_off:
                         for oc in range(n_oc):
                             acc += dout[b, (oc * oh_n + oy) * ow_n + ox] * params[w_off + ((oc * n_c + c) * kh + ky) * kw + kx]
         dinp[b, (c * h + iy) * w + ix] = acc
+    ti.loop_config(serialize=runtime.serial)
     for oc, c, ky, kx in ti.ndrange(n_oc * with_dweight, n_c, kh, kw):
         acc = 0.0
         for b in range(n_b):
@@ -63,6 +67,7 @@ def conv2d_backward(dinp: F2, dparams: F1, dout: F2, inp: F2, params: F1, w_off:
                         if 0 <= ix < w:
                             acc += dout[b, (oc * oh_n + oy) * ow_n + ox] * inp[b, (c * h + iy) * w + ix]
         dparams[w_off + ((oc * n_c + c) * kh + ky) * kw + kx] = acc
+    ti.loop_config(serialize=runtime.serial)
     for oc in range(n_oc * with_dweight):
         acc = 0.0
         for b in range(n_b):
@@ -82,8 +87,10 @@ def conv2d_dweight_atomic(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_off: 
     oh_n = (h + 2 * ph - kh) // sh + 1
     ow_n = (w + 2 * pw - kw) // sw + 1
     n_w = n_oc * n_c * kh * kw
+    ti.loop_config(serialize=runtime.serial)
     for i in range(n_w + n_oc):
         dparams[w_off + i if i < n_w else b_off + i - n_w] = 0.0
+    ti.loop_config(serialize=runtime.serial)
     for b, q in ti.ndrange(n_b, n_w + n_oc):
         acc = 0.0
         if q >= n_w:

@@ -22,6 +22,7 @@ VA3 = ti.types.ndarray(dtype=V, ndim=3)
 def pack_weights(wv: VA2, params: F1, w_off: ti.i32, b_off: ti.i32, n_oc: ti.i32):
     # wv: (TAPS + 1, OCB) <- params[w_off:]: W (OC, TAPS) and params[b_off:]: b (OC,); zero past OC
     taps = wv.shape[0] - 1
+    ti.loop_config(serialize=runtime.serial)
     for tap, ob in ti.ndrange(taps + 1, wv.shape[1]):
         v = V(0.0)
         for l in ti.static(range(L)):
@@ -37,7 +38,7 @@ def conv_forward_cl(conv: VA3, inp: F2, wv: VA2, n_c: ti.i32, h: ti.i32, w: ti.i
     # conv: (B, OH*OW, OCB) channels-last   inp: (B, C*H*W) f32   wv: (TAPS + 1, OCB) packed weights and bias
     taps = wv.shape[0] - 1
     oh_n = conv.shape[1] // ow_n
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(conv.shape[0] * oh_n):  # one output row per task
         b, y = t // oh_n, t % oh_n
         for x in range(ow_n):
@@ -64,7 +65,7 @@ def relu_pool_forward_cl(out: F2, argmax: I2, conv: VA3, n_oc: ti.i32, ow_n: ti.
     px_n = (ow_n - qw) // qsw + 1
     # One task per sample: neighbouring pooled rows of a channel share cache lines, so tasks of single rows
     # would have threads writing the same lines.
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for b in range(out.shape[0]):
         for py, px in ti.ndrange(py_n, px_n):
             for ob in range(conv.shape[2]):
@@ -95,7 +96,7 @@ def pool_grad_scatter_cl(dconv: VA3, dout: F2, argmax: I2, n_oc: ti.i32, ow_n: t
     oh_n = dconv.shape[1] // ow_n
     py_n = (oh_n - qh) // qsh + 1
     px_n = (ow_n - qw) // qsw + 1
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for b in range(dout.shape[0]):
         for pos, ob in ti.ndrange(dconv.shape[1], dconv.shape[2]):
             dconv[b, pos, ob] = V(0.0)
@@ -125,7 +126,7 @@ def conv_dweight_cl(part: VA3, dconv: VA3, inp: F2, n_c: ti.template(), h: ti.i3
     n_bb, n_ob = part.shape[0], dconv.shape[2]
     n_b = dconv.shape[0]
     oh_n = dconv.shape[1] // ow_n
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(n_bb * n_ob):
         bb, ob = t // n_ob, t % n_ob
         acc = [V(0.0) for _ in ti.static(range(n_c * kh * kw + 1))]
@@ -149,6 +150,7 @@ def conv_dweight_cl(part: VA3, dconv: VA3, inp: F2, n_c: ti.template(), h: ti.i3
 def dweight_reduce(dparams: F1, part: VA3, w_off: ti.i32, b_off: ti.i32, n_oc: ti.i32):
     # dparams[w_off:]: dW (OC, TAPS), dparams[b_off:]: db (OC,) <- the sum of part: (NBB, TAPS + 1, OCB)
     taps = part.shape[1] - 1
+    ti.loop_config(serialize=runtime.serial)
     for q, ob in ti.ndrange(taps + 1, part.shape[2]):
         acc = V(0.0)
         for bb in range(part.shape[0]):

@@ -61,7 +61,7 @@ def transpose_weight(wt: VA2, params: F1, w_off: ti.i32, n_out: ti.i32):
     # multiples of 4 KiB, which would put every row in one L1 set.
     n_in = wt.shape[0]
     n_ob = (n_out + L - 1) // L
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(n_ob * ((n_in + L - 1) // L)):
         ob, i0 = t % n_ob, (t // n_ob) * L
         live = VI([ob * L + l for l in ti.static(range(L))]) < n_out
@@ -74,7 +74,7 @@ def transpose_weight(wt: VA2, params: F1, w_off: ti.i32, n_out: ti.i32):
 def stage_rows(xv: VA2, x: F2):
     # xv: (B, ceil(N / 16) + 1) 16-wide vectors <- x: (B, N) f32, zero past N (rows_shape)
     n = x.shape[1]
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for b in range(x.shape[0]):
         for jb in range(xv.shape[1]):
             v = V(0.0)
@@ -87,7 +87,7 @@ def stage_rows(xv: VA2, x: F2):
 @ti.kernel
 def stage_rows_of(wv: VA2, params: F1, w_off: ti.i32, n: ti.i32):
     # wv: (R, ceil(N / 16) + 1) 16-wide vectors <- params[w_off:]: a (R, N) f32 matrix, zero past N
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for r in range(wv.shape[0]):
         for jb in range(wv.shape[1]):
             v = V(0.0)
@@ -101,7 +101,7 @@ def stage_rows_of(wv: VA2, params: F1, w_off: ti.i32, n: ti.i32):
 def stage_panels(xp: VA2, x: F2):
     # xp: (ceil(B / 16), N) 16-wide vectors, xp[mb, k][l] = x[mb*16 + l, k] (the last row repeated past B)
     m_n = x.shape[0]
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for mb in range(xp.shape[0]):
         for k in range(xp.shape[1]):
             xp[mb, k] = V([x[ti.min(mb * L + l, m_n - 1), k] for l in ti.static(range(L))])
@@ -126,7 +126,7 @@ def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, b_off: ti.i32):
     # params[b_off:]: b (OUT,)
     m_n, n_n, k_n = out.shape[0], out.shape[1], xp.shape[1]
     mt, nt = xp.shape[0], (n_n + L - 1) // L
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for nb in range(nt):
         # A task takes 16 columns of wt for every row of the batch: the strip is read from memory once, into
         # one core's cache (tasks of single tiles had both cores fetch each strip: no speed-up at batch 64).
@@ -145,7 +145,7 @@ def linear_dweight_cpu(dparams: F1, dout: F2, dv: VA2, xv: VA2, w_off: ti.i32, b
     # dout: (B, OUT) f32   dv: dout's rows as vectors, xv: the layer input's (stage_rows); n_n = IN
     k_n, m_n = dout.shape[0], dout.shape[1]
     mt, nt = (m_n + L - 1) // L, (n_n + L - 1) // L
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
         mb, nb = t % mt, t // mt
         acc = _tile(dv, True, xv, mb, nb, k_n)
@@ -154,6 +154,7 @@ def linear_dweight_cpu(dparams: F1, dout: F2, dv: VA2, xv: VA2, w_off: ti.i32, b
             if m0 + i < m_n:
                 for j in range(ti.min(L, n_n - n0)):
                     dparams[w_off + (m0 + i) * n_n + n0 + j] = acc[i][j]
+    ti.loop_config(serialize=runtime.serial)
     for m in range(m_n):
         acc = 0.0
         for k in range(k_n):
@@ -166,7 +167,7 @@ def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i
     # As linear_forward_cpu, with A's scalars read from inp itself (see ``staging_pays``)
     m_n, n_n, k_n = out.shape[0], out.shape[1], inp.shape[1]
     mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
         mb, nb = t % mt, t // mt
         m0, n0 = mb * TM, nb * L
@@ -186,7 +187,7 @@ def linear_dweight_cpu_direct(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_o
     # As linear_dweight_cpu, with both operands read from dout and inp themselves (see ``staging_pays``)
     k_n, m_n, n_n = dout.shape[0], dout.shape[1], inp.shape[1]
     mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
         m0, n0 = (t // nt) * TM, (t % nt) * L
         acc = [V(0.0) for _ in ti.static(range(TM))]
@@ -198,6 +199,7 @@ def linear_dweight_cpu_direct(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_o
             if m0 + i < m_n:
                 for j in range(ti.min(L, n_n - n0)):
                     dparams[w_off + (m0 + i) * n_n + n0 + j] = acc[i][j]
+    ti.loop_config(serialize=runtime.serial)
     for m in range(m_n):
         acc = 0.0
         for k in range(k_n):
@@ -210,7 +212,7 @@ def linear_dinput_cpu(dinp: F2, dp: VA2, wv: VA2):
     # dinp: (B, IN) f32 = dout @ W   dp: dout as panels (stage_panels)   wv: W's rows as vectors (stage_rows_of)
     m_n, n_n, k_n = dinp.shape[0], dinp.shape[1], dp.shape[1]
     mt, nt = dp.shape[0], (n_n + L - 1) // L
-    ti.loop_config(block_dim=runtime.coarse_block)
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
         mb, nb = t // nt, t % nt  # along the rows of dinp: its writes are most of the traffic when OUT is small
         acc = _tile(dp, False, wv, mb, nb, k_n)

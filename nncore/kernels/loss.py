@@ -7,6 +7,7 @@ reduction is PyTorch's default ``mean``: over samples for cross-entropy, over al
 """
 import taichi as ti
 
+from .. import runtime
 from . import F1, F2, I1
 from .activation import sigmoid
 
@@ -25,6 +26,7 @@ def _target(y: ti.i32, j: ti.i32, k: ti.i32) -> ti.f32:
 def softmax_xent_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
     # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32 in [0, K)
     n_b, k = logits.shape[0], logits.shape[1]
+    ti.loop_config(serialize=runtime.serial)
     for b in range(n_b):
         m = logits[b, 0]
         for j in range(1, k):
@@ -45,6 +47,7 @@ def bce_logits_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1)
     # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32
     n_b, k = logits.shape[0], logits.shape[1]
     scale = 1.0 / (n_b * k)
+    ti.loop_config(serialize=runtime.serial)
     for b in range(n_b):
         acc = 0.0
         for j in range(k):
@@ -61,6 +64,7 @@ def mse_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
     # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32
     n_b, k = logits.shape[0], logits.shape[1]
     scale = 1.0 / (n_b * k)
+    ti.loop_config(serialize=runtime.serial)
     for b in range(n_b):
         acc = 0.0
         for j in range(k):
@@ -85,6 +89,7 @@ def loss_sum(out: F1, losses: F1):
 def count_correct(out: I1, logits: F2, labels: I1):
     # out: (1,) i32   logits: (B, K) f32   labels: (B,) i32 -- argmax for K > 1, logit > 0 for K == 1
     k = logits.shape[1]
+    ti.loop_config(serialize=runtime.serial)
     for b in range(logits.shape[0]):
         pred = 0
         if k == 1:
@@ -122,6 +127,7 @@ def loss_accumulate(acc: F1, bad_step: I1, losses: F1, weight: ti.f32, step: ti.
 @ti.kernel
 def check_finite(bad_step: I1, values: F1, step: ti.i32):
     # bad_step: (1,) i32 set to `step` when any of values: (P,) f32 is inf or NaN (and no earlier step was)
+    ti.loop_config(serialize=runtime.serial)
     for i in values:
         if not _finite(values[i]) and bad_step[0] == 0:
             bad_step[0] = step  # every writer writes the same value: the race is harmless

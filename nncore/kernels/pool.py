@@ -5,6 +5,7 @@ the flat index of the winning input within its sample; ties go to the first elem
 """
 import taichi as ti
 
+from .. import runtime
 from . import F2, I2
 
 
@@ -14,6 +15,7 @@ def maxpool2d_forward(out: F2, argmax: I2, inp: F2, n_c: ti.i32, h: ti.i32, w: t
     # out: (B, C*OH*OW) f32   argmax: (B, C*OH*OW) i32   inp: (B, C*H*W) f32
     oh_n = (h - kh) // sh + 1
     ow_n = (w - kw) // sw + 1
+    ti.loop_config(serialize=runtime.serial)
     for b, c, oy, ox in ti.ndrange(out.shape[0], n_c, oh_n, ow_n):
         best_i = (c * h + oy * sh) * w + ox * sw
         best = inp[b, best_i]
@@ -36,6 +38,7 @@ def maxpool2d_backward(dinp: F2, dout: F2, argmax: I2, n_c: ti.i32, h: ti.i32, w
     oh_n = (h - kh) // sh + 1
     ow_n = (w - kw) // sw + 1
     # Each input gathers from the windows that contain it (overlapping windows too): no atomics.
+    ti.loop_config(serialize=runtime.serial)
     for b, c, iy, ix in ti.ndrange(dinp.shape[0], n_c, h, w):
         i = (c * h + iy) * w + ix
         oy0 = ti.max(0, (iy - kh) // sh + 1)
