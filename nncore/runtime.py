@@ -43,6 +43,17 @@ coarse_block: int | None = 1
 serial: bool = False
 
 
+@contextlib.contextmanager
+def loops_in_place():
+    """Kernels compiled inside run every loop in place (see nncore.kernels.Sized)."""
+    global serial
+    saved, serial = serial, True
+    try:
+        yield
+    finally:
+        serial = saved
+
+
 @dataclass(frozen=True)
 class ArchStatus:
     """Whether one backend works on this machine, and why not if it does not."""

@@ -31,6 +31,38 @@ def chunk() -> int:
     return 1 if cur is not None and cur.arch == "cuda" else 4096
 
 
+# A call whose estimated single-thread time (ns) is below this runs its loops in place, on the calling thread:
+# handing a loop to Taichi's thread pool costs about 75 us of wake-up and wait on the development machine, and
+# two threads can save at most half of the work.
+IN_PLACE_NS = 150_000
+
+
+class Sized:
+    """A CPU kernel compiled twice: loops spread over the thread pool, and loops run in place (for calls whose
+    ``work(*args)`` estimate, in ns, is below IN_PLACE_NS). On CUDA and on one-thread runtimes there is one
+    behaviour, the pool variant's (which runs in place there anyway, see ``runtime.serial``)."""
+
+    def __init__(self, fn, work):
+        self.pool, self.here, self.work = ti.kernel(fn), ti.kernel(fn), work
+        self.__name__, self.__doc__ = fn.__name__, fn.__doc__
+        self._primal = self.pool._primal  # marks a kernel, as on Taichi's own wrappers (nncore.sweep counts them)
+
+    def __call__(self, *args):
+        if runtime.serial or runtime.coarse_block is None or self.work(*args) >= IN_PLACE_NS:
+            return self.pool(*args)
+        with runtime.loops_in_place():  # read while ``here`` compiles, on its first call
+            return self.here(*args)
+
+
+def sized(work):
+    """``@sized(lambda *args: ns)`` instead of ``@ti.kernel``: see :class:`Sized`."""
+    return lambda fn: Sized(fn, work)
+
+
+def n_elems(a) -> int:
+    return int(a.shape[0]) * (int(a.shape[1]) if len(a.shape) > 1 else 1)
+
+
 def on_cpu() -> bool:
     cur = runtime.current()
     return cur is None or cur.arch != "cuda"

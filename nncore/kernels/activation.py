@@ -6,10 +6,10 @@ Every kernel walks its (B, N) arrays, row after row, in runs of ``chunk`` elemen
 import taichi as ti
 
 from .. import runtime
-from . import F2
+from . import F2, n_elems, sized
 
 
-@ti.kernel
+@sized(lambda a, *_: 3 * n_elems(a))
 def relu_forward(out: F2, inp: F2, chunk: ti.i32):
     # out: (B, N) f32   inp: (B, N) f32
     n = out.shape[1]
@@ -24,7 +24,7 @@ def relu_forward(out: F2, inp: F2, chunk: ti.i32):
                 b, j = b + 1, 0
 
 
-@ti.kernel
+@sized(lambda a, *_: 3 * n_elems(a))
 def relu_backward(dinp: F2, dout: F2, out: F2, chunk: ti.i32):
     # dinp: (B, N) f32   dout: (B, N) f32   out: (B, N) f32 (forward output)
     n = dinp.shape[1]
@@ -48,7 +48,7 @@ def sigmoid(x):
     return ti.select(x >= 0.0, s, e * s)
 
 
-@ti.kernel
+@sized(lambda a, *_: 3 * n_elems(a))
 def sigmoid_forward(out: F2, inp: F2, chunk: ti.i32):
     # out: (B, N) f32   inp: (B, N) f32
     n = out.shape[1]
@@ -63,7 +63,7 @@ def sigmoid_forward(out: F2, inp: F2, chunk: ti.i32):
                 b, j = b + 1, 0
 
 
-@ti.kernel
+@sized(lambda a, *_: 3 * n_elems(a))
 def sigmoid_backward(dinp: F2, dout: F2, out: F2, chunk: ti.i32):
     # dinp: (B, N) f32   dout: (B, N) f32   out: (B, N) f32 (forward output)
     n = dinp.shape[1]
@@ -79,7 +79,7 @@ def sigmoid_backward(dinp: F2, dout: F2, out: F2, chunk: ti.i32):
                 b, j = b + 1, 0
 
 
-@ti.kernel
+@sized(lambda a, *_: 3 * n_elems(a))
 def tanh_forward(out: F2, inp: F2, chunk: ti.i32):
     # out: (B, N) f32   inp: (B, N) f32
     n = out.shape[1]
@@ -94,7 +94,7 @@ def tanh_forward(out: F2, inp: F2, chunk: ti.i32):
                 b, j = b + 1, 0
 
 
-@ti.kernel
+@sized(lambda a, *_: 3 * n_elems(a))
 def tanh_backward(dinp: F2, dout: F2, out: F2, chunk: ti.i32):
     # dinp: (B, N) f32   dout: (B, N) f32   out: (B, N) f32 (forward output)
     n = dinp.shape[1]

@@ -9,7 +9,7 @@ output is written in the usual channel-major layout that Flatten and Linear expe
 import taichi as ti
 
 from .. import runtime
-from . import F1, F2, I2
+from . import F1, F2, I2, n_elems, sized
 
 L = 16
 V = ti.types.vector(L, ti.f32)
@@ -18,7 +18,7 @@ VA2 = ti.types.ndarray(dtype=V, ndim=2)
 VA3 = ti.types.ndarray(dtype=V, ndim=3)
 
 
-@ti.kernel
+@sized(lambda wv, *_: 16 * n_elems(wv))
 def pack_weights(wv: VA2, params: F1, w_off: ti.i32, b_off: ti.i32, n_oc: ti.i32):
     # wv: (TAPS + 1, OCB) <- params[w_off:]: W (OC, TAPS) and params[b_off:]: b (OC,); zero past OC
     taps = wv.shape[0] - 1
@@ -146,7 +146,7 @@ def conv_dweight_cl(part: VA3, dconv: VA3, inp: F2, n_c: ti.template(), h: ti.i3
             part[bb, q, ob] = acc[q]
 
 
-@ti.kernel
+@sized(lambda dparams, part, *_: 16 * part.shape[0] * part.shape[1] * part.shape[2])
 def dweight_reduce(dparams: F1, part: VA3, w_off: ti.i32, b_off: ti.i32, n_oc: ti.i32):
     # dparams[w_off:]: dW (OC, TAPS), dparams[b_off:]: db (OC,) <- the sum of part: (NBB, TAPS + 1, OCB)
     taps = part.shape[1] - 1

@@ -21,7 +21,7 @@ outputs skip the activations' staging (``staging_pays``).
 import taichi as ti
 
 from .. import runtime
-from . import F1, F2
+from . import F1, F2, n_elems, sized
 
 TM, L = 16, 16
 V = ti.types.vector(L, ti.f32)
@@ -53,7 +53,7 @@ def panels_shape(rows: int, n: int) -> tuple:
     return ((rows + L - 1) // L, n)
 
 
-@ti.kernel
+@sized(lambda wt, params, w_off, n_out: 2 * wt.shape[0] * n_out)
 def transpose_weight(wt: VA2, params: F1, w_off: ti.i32, n_out: ti.i32):
     # wt: (IN, OUTB + 1) 16-wide vectors, wt[i, ob][l] = W[ob*16 + l, i] (zero past OUT) <- params[w_off:]: W (OUT, IN)
     # A task fills 16 rows of wt for one block of 16 outputs: it walks 16 rows of W side by side, so each cache
@@ -70,7 +70,7 @@ def transpose_weight(wt: VA2, params: F1, w_off: ti.i32, n_out: ti.i32):
             wt[i, ob] = ti.select(live, col, 0.0)
 
 
-@ti.kernel
+@sized(lambda xv, x: 2 * n_elems(x))
 def stage_rows(xv: VA2, x: F2):
     # xv: (B, ceil(N / 16) + 1) 16-wide vectors <- x: (B, N) f32, zero past N (rows_shape)
     n = x.shape[1]
@@ -84,7 +84,7 @@ def stage_rows(xv: VA2, x: F2):
             xv[b, jb] = v
 
 
-@ti.kernel
+@sized(lambda wv, params, w_off, n: 2 * wv.shape[0] * n)
 def stage_rows_of(wv: VA2, params: F1, w_off: ti.i32, n: ti.i32):
     # wv: (R, ceil(N / 16) + 1) 16-wide vectors <- params[w_off:]: a (R, N) f32 matrix, zero past N
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
@@ -97,7 +97,7 @@ def stage_rows_of(wv: VA2, params: F1, w_off: ti.i32, n: ti.i32):
             wv[r, jb] = v
 
 
-@ti.kernel
+@sized(lambda xp, x: 2 * n_elems(x))
 def stage_panels(xp: VA2, x: F2):
     # xp: (ceil(B / 16), N) 16-wide vectors, xp[mb, k][l] = x[mb*16 + l, k] (the last row repeated past B)
     m_n = x.shape[0]
@@ -120,7 +120,7 @@ def _tile(a: ti.template(), a_rows: ti.template(), b: ti.template(), mb, nb, k_n
     return acc
 
 
-@ti.kernel
+@sized(lambda out, xp, *_: n_elems(out) * xp.shape[1] // 40)
 def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, b_off: ti.i32):
     # out: (B, OUT) f32 = inp @ W^T + b   xp: inp as panels (stage_panels)   wt: (IN, OUTB + 1) transposed W
     # params[b_off:]: b (OUT,)
@@ -139,7 +139,7 @@ def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, b_off: ti.i32):
                         out[m0 + i, n0 + j] = acc[i][j] + params[b_off + n0 + j]
 
 
-@ti.kernel
+@sized(lambda dparams, dout, dv, xv, w_off, b_off, n_n: n_elems(dout) * n_n // 40)
 def linear_dweight_cpu(dparams: F1, dout: F2, dv: VA2, xv: VA2, w_off: ti.i32, b_off: ti.i32, n_n: ti.i32):
     # dparams[w_off:]: dW (OUT, IN) = dout^T @ inp   dparams[b_off:]: db (OUT,) = column sums of dout
     # dout: (B, OUT) f32   dv: dout's rows as vectors, xv: the layer input's (stage_rows); n_n = IN
@@ -162,7 +162,7 @@ def linear_dweight_cpu(dparams: F1, dout: F2, dv: VA2, xv: VA2, w_off: ti.i32, b
         dparams[b_off + m] = acc
 
 
-@ti.kernel
+@sized(lambda out, inp, *_: n_elems(out) * inp.shape[1] // 20)
 def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i32):
     # As linear_forward_cpu, with A's scalars read from inp itself (see ``staging_pays``)
     m_n, n_n, k_n = out.shape[0], out.shape[1], inp.shape[1]
@@ -182,7 +182,7 @@ def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i
                     out[m0 + i, n0 + j] = acc[i][j] + params[b_off + n0 + j]
 
 
-@ti.kernel
+@sized(lambda dparams, dout, inp, *_: n_elems(dout) * inp.shape[1] // 20)
 def linear_dweight_cpu_direct(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_off: ti.i32):
     # As linear_dweight_cpu, with both operands read from dout and inp themselves (see ``staging_pays``)
     k_n, m_n, n_n = dout.shape[0], dout.shape[1], inp.shape[1]
@@ -207,7 +207,7 @@ def linear_dweight_cpu_direct(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_o
         dparams[b_off + m] = acc
 
 
-@ti.kernel
+@sized(lambda dinp, dp, wv: n_elems(dinp) * dp.shape[1] // 40)
 def linear_dinput_cpu(dinp: F2, dp: VA2, wv: VA2):
     # dinp: (B, IN) f32 = dout @ W   dp: dout as panels (stage_panels)   wv: W's rows as vectors (stage_rows_of)
     m_n, n_n, k_n = dinp.shape[0], dinp.shape[1], dp.shape[1]

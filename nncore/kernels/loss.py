@@ -8,7 +8,7 @@ reduction is PyTorch's default ``mean``: over samples for cross-entropy, over al
 import taichi as ti
 
 from .. import runtime
-from . import F1, F2, I1
+from . import F1, F2, I1, n_elems, sized
 from .activation import sigmoid
 
 
@@ -22,7 +22,7 @@ def _target(y: ti.i32, j: ti.i32, k: ti.i32) -> ti.f32:
     return t
 
 
-@ti.kernel
+@sized(lambda losses, dlogits, logits, labels: 10 * n_elems(logits))
 def softmax_xent_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
     # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32 in [0, K)
     n_b, k = logits.shape[0], logits.shape[1]
@@ -42,7 +42,7 @@ def softmax_xent_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I
             dlogits[b, j] = (p - (1.0 if j == y else 0.0)) / n_b
 
 
-@ti.kernel
+@sized(lambda losses, dlogits, logits, labels: 10 * n_elems(logits))
 def bce_logits_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
     # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32
     n_b, k = logits.shape[0], logits.shape[1]
@@ -59,7 +59,7 @@ def bce_logits_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1)
         losses[b] = acc * scale
 
 
-@ti.kernel
+@sized(lambda losses, dlogits, logits, labels: 3 * n_elems(logits))
 def mse_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
     # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32
     n_b, k = logits.shape[0], logits.shape[1]
@@ -85,7 +85,7 @@ def loss_sum(out: F1, losses: F1):
         out[0] = acc
 
 
-@ti.kernel
+@sized(lambda out, logits, labels: 2 * n_elems(logits))
 def count_correct(out: I1, logits: F2, labels: I1):
     # out: (1,) i32   logits: (B, K) f32   labels: (B,) i32 -- argmax for K > 1, logit > 0 for K == 1
     k = logits.shape[1]
@@ -124,7 +124,7 @@ def loss_accumulate(acc: F1, bad_step: I1, losses: F1, weight: ti.f32, step: ti.
             bad_step[0] = step
 
 
-@ti.kernel
+@sized(lambda bad_step, values, step: values.shape[0])
 def check_finite(bad_step: I1, values: F1, step: ti.i32):
     # bad_step: (1,) i32 set to `step` when any of values: (P,) f32 is inf or NaN (and no earlier step was)
     ti.loop_config(serialize=runtime.serial)

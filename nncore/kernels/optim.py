@@ -6,10 +6,10 @@ weight decay added to the gradient), so runs can be compared step by step.
 import taichi as ti
 
 from .. import runtime
-from . import F1
+from . import F1, sized
 
 
-@ti.kernel
+@sized(lambda params, *_: 2 * params.shape[0])
 def sgd_step(params: F1, velocity: F1, grads: F1, lr: ti.f32, momentum: ti.f32, weight_decay: ti.f32,
              use_momentum: ti.template()):
     # params, velocity, grads: (P,) f32; velocity starts at zero, which makes step 1 equal PyTorch's clone(g).
@@ -24,7 +24,7 @@ def sgd_step(params: F1, velocity: F1, grads: F1, lr: ti.f32, momentum: ti.f32, 
         params[i] -= lr * g
 
 
-@ti.kernel
+@sized(lambda params, *_: 4 * params.shape[0])
 def adam_step(params: F1, m: F1, v: F1, grads: F1, lr: ti.f32, beta1: ti.f32, beta2: ti.f32, eps: ti.f32,
               weight_decay: ti.f32, bias_c1: ti.f32, sqrt_bias_c2: ti.f32):
     # params, m, v, grads: (P,) f32; bias_c1 = 1 - beta1**t and sqrt_bias_c2 = sqrt(1 - beta2**t), from the host
