@@ -139,6 +139,26 @@ def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, b_off: ti.i32):
                         out[m0 + i, n0 + j] = acc[i][j] + params[b_off + n0 + j]
 
 
+@ti.func
+def _store_dweight(dparams: ti.template(), acc: ti.template(), w_off, m0, n0, m_n, n_n):
+    """A weight-gradient tile into dparams[w_off:] (OUT, IN), rows m0.., columns n0.., only what exists."""
+    for i in ti.static(range(TM)):
+        if m0 + i < m_n:
+            for j in range(ti.min(L, n_n - n0)):
+                dparams[w_off + (m0 + i) * n_n + n0 + j] = acc[i][j]
+
+
+@ti.func
+def _bias_grad(dparams: ti.template(), dout: ti.template(), b_off):
+    """db (OUT,) into dparams[b_off:]: column sums of dout (B, OUT), one output per iteration of a top-level loop."""
+    ti.loop_config(serialize=runtime.serial)
+    for m in range(dout.shape[1]):
+        acc = 0.0
+        for k in range(dout.shape[0]):
+            acc += dout[k, m]
+        dparams[b_off + m] = acc
+
+
 @sized(lambda dparams, dout, dv, xv, w_off, b_off, n_n: n_elems(dout) * n_n // 40)
 def linear_dweight_cpu(dparams: F1, dout: F2, dv: VA2, xv: VA2, w_off: ti.i32, b_off: ti.i32, n_n: ti.i32):
     # dparams[w_off:]: dW (OUT, IN) = dout^T @ inp   dparams[b_off:]: db (OUT,) = column sums of dout
@@ -150,16 +170,8 @@ def linear_dweight_cpu(dparams: F1, dout: F2, dv: VA2, xv: VA2, w_off: ti.i32, b
         mb, nb = t % mt, t // mt
         acc = _tile(dv, True, xv, mb, nb, k_n)
         m0, n0 = mb * TM, nb * L
-        for i in ti.static(range(TM)):
-            if m0 + i < m_n:
-                for j in range(ti.min(L, n_n - n0)):
-                    dparams[w_off + (m0 + i) * n_n + n0 + j] = acc[i][j]
-    ti.loop_config(serialize=runtime.serial)
-    for m in range(m_n):
-        acc = 0.0
-        for k in range(k_n):
-            acc += dout[k, m]
-        dparams[b_off + m] = acc
+        _store_dweight(dparams, acc, w_off, m0, n0, m_n, n_n)
+    _bias_grad(dparams, dout, b_off)
 
 
 @sized(lambda out, inp, *_: n_elems(out) * inp.shape[1] // 20)
@@ -195,16 +207,8 @@ def linear_dweight_cpu_direct(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_o
             bv = V([inp[k, ti.min(n0 + j, n_n - 1)] for j in ti.static(range(L))])
             for i in ti.static(range(TM)):
                 acc[i] += dout[k, ti.min(m0 + i, m_n - 1)] * bv
-        for i in ti.static(range(TM)):
-            if m0 + i < m_n:
-                for j in range(ti.min(L, n_n - n0)):
-                    dparams[w_off + (m0 + i) * n_n + n0 + j] = acc[i][j]
-    ti.loop_config(serialize=runtime.serial)
-    for m in range(m_n):
-        acc = 0.0
-        for k in range(k_n):
-            acc += dout[k, m]
-        dparams[b_off + m] = acc
+        _store_dweight(dparams, acc, w_off, m0, n0, m_n, n_n)
+    _bias_grad(dparams, dout, b_off)
 
 
 @sized(lambda dinp, dp, wv: n_elems(dinp) * dp.shape[1] // 40)
