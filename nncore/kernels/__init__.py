@@ -39,8 +39,8 @@ IN_PLACE_NS = 150_000
 
 class Sized:
     """A CPU kernel compiled twice: loops spread over the thread pool, and loops run in place (for calls whose
-    ``work(*args)`` estimate, in ns, is below IN_PLACE_NS). On CUDA and on one-thread runtimes there is one
-    behaviour, the pool variant's (which runs in place there anyway, see ``runtime.serial``)."""
+    ``work(*args)`` estimate, in ns, is below IN_PLACE_NS). On CUDA only the pool variant runs (Taichi's usual
+    GPU launch); on a one-thread runtime too, as it already runs every loop in place (``runtime.serial``)."""
 
     def __init__(self, fn, work):
         self.pool, self.here, self.work = ti.kernel(fn), ti.kernel(fn), work
@@ -48,7 +48,7 @@ class Sized:
         self._primal = self.pool._primal  # marks a kernel, as on Taichi's own wrappers (nncore.sweep counts them)
 
     def __call__(self, *args):
-        if runtime.serial or runtime.coarse_block is None or self.work(*args) >= IN_PLACE_NS:
+        if runtime.serial or not on_cpu() or self.work(*args) >= IN_PLACE_NS:
             return self.pool(*args)
         with runtime.loops_in_place():  # read while ``here`` compiles, on its first call
             return self.here(*args)
