@@ -94,11 +94,12 @@ class LinearAct:
         self.linear, self.kind = linear, self.KINDS[type(act)]
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
-        return {}
+        return self.linear.scratch_shapes(batch, need_dinp)  # the split forward's partial sums, if it runs
 
     def forward(self, out, inp, params, scratch) -> None:
         lin = self.linear
-        K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind)
+        K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind,
+                                   partial=scratch.get("partial"))
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
         lin = self.linear

@@ -20,6 +20,7 @@ from . import runtime
 from .errors import ConfigError, DataError, StaleBufferError
 from .fileio import read_npz, write_npz_atomic
 from .fusion import plan
+from .graph import StepGraphs
 from .layers import LAYER_TYPES, Flatten, Layer, MaxPool2D, ReLU, init_params
 from .losses import Loss
 from .runtime import ti
@@ -232,6 +233,7 @@ class Sequential:
         runtime.require()
         self._gen = runtime.generation()
         self.parts = plan(self.layers, self.need_dinp)  # which layers run fused depends on the backend
+        self.graphs = StepGraphs()  # on by default where the backend gains from them
         n = max(self.n_params, 1)
         self.params = ti.ndarray(ti.f32, shape=(n,))
         self.grads = ti.ndarray(ti.f32, shape=(n,))
@@ -344,15 +346,31 @@ class Sequential:
         return np.array([sum(rows[i]["flops_fwd"] + rows[i]["flops_bwd"] for i in range(p.first, p.last + 1))
                          for p in self.parts], dtype=np.float64)
 
-    def train_step(self, ws: Workspace, optimizer, reduce=None) -> None:
-        """Forward, loss, backward and update on the batch already in ``ws``; all on the device except
-        ``reduce()``, which a distributed run calls between backward and update to sum the gradients."""
-        self.forward(ws)
-        self.loss_grad(ws)
-        self.backward(ws)
+    def train_step(self, ws: Workspace, optimizer, reduce=None, gather=None, after=None) -> None:
+        """Forward, loss, backward and update on the batch in ``ws``; all on the device except ``reduce()``,
+        which a distributed run calls between backward and update to sum the gradients. ``gather()`` (the
+        batch in) and ``after()`` (e.g. the loss into a running sum) are more kernel launches that run before
+        and after the step. Where compute graphs are on (CUDA, see nncore.graph), the launches run as one
+        graph (two around a ``reduce``)."""
+
+        def launches():
+            if gather is not None:
+                gather()
+            self.forward(ws)
+            self.loss_grad(ws)
+            self.backward(ws)
+            if reduce is None:
+                update()
+
+        def update():
+            optimizer.step(self.params, self.grads)
+            if after is not None:
+                after()
+
+        self.graphs.run(launches)
         if reduce is not None:
             reduce()
-        optimizer.step(self.params, self.grads)
+            self.graphs.run(update)
 
     def predict(self, x: np.ndarray, batch: int = 256) -> np.ndarray:
         """Logits for host inputs (tests, interop): copies in and out, so not for the training loop."""

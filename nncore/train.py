@@ -241,10 +241,12 @@ class Trainer:
                 ws = self.net.workspace(nb)
                 if self.step > 1 and self.step % self.timing_every == 0:
                     self._timed_step(ws, start + lo, timer, reduce)
-                else:
-                    gather_rows(ws.x, ws.labels, *self.train_set, start + lo)
-                    self.net.train_step(ws, self.opt, reduce)
-                loss_accumulate(self.acc, self.bad, ws.losses, float(nb), self.step)
+                    loss_accumulate(self.acc, self.bad, ws.losses, float(nb), self.step)
+                else:  # one compute graph on CUDA (nncore.graph): the batch in, the step, the loss summed
+                    self.net.train_step(
+                        ws, self.opt, reduce,
+                        gather=lambda: gather_rows(ws.x, ws.labels, *self.train_set, start + lo),  # noqa: B023
+                        after=lambda: loss_accumulate(self.acc, self.bad, ws.losses, float(nb), self.step))  # noqa: B023
             done += b
             mine += nb
             if self.step == 1:

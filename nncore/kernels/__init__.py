@@ -37,6 +37,38 @@ def chunk() -> int:
 IN_PLACE_NS = 150_000
 
 
+# While a compute graph is being recorded (nncore.graph), kernel calls land here instead of launching:
+# (Taichi kernel, args, whether its loops run in place).
+_recording: list | None = None
+
+
+def _launch(kern, args, in_place: bool = False):
+    if _recording is not None:
+        _recording.append((kern, args, in_place))
+        return None
+    if in_place:
+        with runtime.loops_in_place():  # read while the kernel compiles, on its first call
+            return kern(*args)
+    return kern(*args)
+
+
+class Kernel:
+    """A Taichi kernel that a compute-graph recording (nncore.graph) can capture instead of launching."""
+
+    def __init__(self, fn):
+        self.ti = ti.kernel(fn)
+        self.__name__, self.__doc__ = fn.__name__, fn.__doc__
+        self._primal = self.ti._primal  # marks a kernel, as on Taichi's own wrappers (nncore.sweep counts them)
+
+    def __call__(self, *args):
+        return _launch(self.ti, args)
+
+
+def kernel(fn):
+    """``@kernel`` instead of ``@ti.kernel`` for every nncore kernel: see :class:`Kernel`."""
+    return Kernel(fn)
+
+
 class Sized:
     """A CPU kernel compiled twice: loops spread over the thread pool, and loops run in place (for calls whose
     ``work(*args)`` estimate, in ns, is below IN_PLACE_NS). On CUDA only the pool variant runs (Taichi's usual
@@ -45,17 +77,16 @@ class Sized:
     def __init__(self, fn, work):
         self.pool, self.here, self.work = ti.kernel(fn), ti.kernel(fn), work
         self.__name__, self.__doc__ = fn.__name__, fn.__doc__
-        self._primal = self.pool._primal  # marks a kernel, as on Taichi's own wrappers (nncore.sweep counts them)
+        self._primal = self.pool._primal
 
     def __call__(self, *args):
         if runtime.serial or not on_cpu() or self.work(*args) >= IN_PLACE_NS:
-            return self.pool(*args)
-        with runtime.loops_in_place():  # read while ``here`` compiles, on its first call
-            return self.here(*args)
+            return _launch(self.pool, args)
+        return _launch(self.here, args, in_place=True)
 
 
 def sized(work):
-    """``@sized(lambda *args: ns)`` instead of ``@ti.kernel``: see :class:`Sized`."""
+    """``@sized(lambda *args: ns)`` instead of ``@kernel``: see :class:`Sized`."""
     return lambda fn: Sized(fn, work)
 
 

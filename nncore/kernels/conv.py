@@ -6,10 +6,10 @@ Weights W (OC, C, KH, KW) and bias (OC,) sit in the flat parameter buffer at w_o
 import taichi as ti
 
 from .. import runtime
-from . import F1, F2
+from . import F1, F2, kernel
 
 
-@ti.kernel
+@kernel
 def conv2d_forward(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.i32,
                    n_c: ti.i32, h: ti.i32, w: ti.i32, n_oc: ti.i32, kh: ti.i32, kw: ti.i32,
                    sh: ti.i32, sw: ti.i32, ph: ti.i32, pw: ti.i32):
@@ -30,7 +30,7 @@ def conv2d_forward(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.i32,
         out[b, (oc * oh_n + oy) * ow_n + ox] = acc
 
 
-@ti.kernel
+@kernel
 def conv2d_backward(dinp: F2, dparams: F1, dout: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.i32,
                     n_c: ti.i32, h: ti.i32, w: ti.i32, n_oc: ti.i32, kh: ti.i32, kw: ti.i32,
                     sh: ti.i32, sw: ti.i32, ph: ti.i32, pw: ti.i32, need_dinp: ti.i32, with_dweight: ti.i32):
@@ -76,7 +76,7 @@ def conv2d_backward(dinp: F2, dparams: F1, dout: F2, inp: F2, params: F1, w_off:
         dparams[b_off + oc] = acc
 
 
-@ti.kernel
+@kernel
 def conv2d_dweight_atomic(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_off: ti.i32,
                           n_c: ti.i32, h: ti.i32, w: ti.i32, n_oc: ti.i32, kh: ti.i32, kw: ti.i32,
                           sh: ti.i32, sw: ti.i32, ph: ti.i32, pw: ti.i32):

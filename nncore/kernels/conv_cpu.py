@@ -9,7 +9,7 @@ output is written in the usual channel-major layout that Flatten and Linear expe
 import taichi as ti
 
 from .. import runtime
-from . import F1, F2, I2, n_elems, sized
+from . import F1, F2, I2, kernel, n_elems, sized
 
 L = 16
 V = ti.types.vector(L, ti.f32)
@@ -32,7 +32,7 @@ def pack_weights(wv: VA2, params: F1, w_off: ti.i32, b_off: ti.i32, n_oc: ti.i32
         wv[tap, ob] = v
 
 
-@ti.kernel
+@kernel
 def conv_forward_cl(conv: VA3, inp: F2, wv: VA2, n_c: ti.i32, h: ti.i32, w: ti.i32, kh: ti.i32, kw: ti.i32,
                     sh: ti.i32, sw: ti.i32, ph: ti.i32, pw: ti.i32, ow_n: ti.i32):
     # conv: (B, OH*OW, OCB) channels-last   inp: (B, C*H*W) f32   wv: (TAPS + 1, OCB) packed weights and bias
@@ -55,7 +55,7 @@ def conv_forward_cl(conv: VA3, inp: F2, wv: VA2, n_c: ti.i32, h: ti.i32, w: ti.i
                 conv[b, y * ow_n + x, ob] = acc
 
 
-@ti.kernel
+@kernel
 def relu_pool_forward_cl(out: F2, argmax: I2, conv: VA3, n_oc: ti.i32, ow_n: ti.i32,
                          qh: ti.i32, qw: ti.i32, qsh: ti.i32, qsw: ti.i32):
     # out, argmax: (B, OC*PH*PW) channel-major; argmax = winning position y*OW + x in the channel, or -1 when the
@@ -85,7 +85,7 @@ def relu_pool_forward_cl(out: F2, argmax: I2, conv: VA3, n_oc: ti.i32, ow_n: ti.
                         argmax[b, o] = arg[l]
 
 
-@ti.kernel
+@kernel
 def pool_grad_scatter_cl(dconv: VA3, dout: F2, argmax: I2, n_oc: ti.i32, ow_n: ti.i32,
                          qh: ti.i32, qw: ti.i32, qsh: ti.i32, qsw: ti.i32):
     # dconv: (B, OH*OW, OCB) channels-last <- zero, then += dout at each window's winner
@@ -116,7 +116,7 @@ def pool_grad_scatter_cl(dconv: VA3, dout: F2, argmax: I2, n_oc: ti.i32, ow_n: t
                             dconv[b, pos, ob] += ti.select(arg == pos, g, 0.0)
 
 
-@ti.kernel
+@kernel
 def conv_dweight_cl(part: VA3, dconv: VA3, inp: F2, n_c: ti.template(), h: ti.i32, w: ti.i32,
                     kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32, ph: ti.i32, pw: ti.i32,
                     ow_n: ti.i32):

@@ -1,22 +1,25 @@
 """Shared-memory tiled matrix products for Linear on CUDA (forward, input gradient, weight gradient).
 
-Each block of 256 threads computes a 64x64 tile of C = A @ B, stepping through K in slices of 16: the
-threads first copy a 64x16 slice of A and a 16x64 slice of B from global into shared memory (each thread 4
-elements of each, neighbouring threads reading neighbouring addresses), then every thread accumulates a 4x4
-register tile, rows ``ty + 16 r`` and columns ``tx + 16 c``. Operands are read where they lie — the
+Each block of 256 threads computes a tile of C = A @ B, 64 columns wide and 16 x TM rows tall (TM = 4, 2 or
+1 rows per thread), stepping through K in slices of 16: the threads first copy a (16 TM)x16 slice of A and a
+16x64 slice of B from global into shared memory (each thread TM elements of A and 4 of B, neighbouring threads
+reading neighbouring addresses), then every thread accumulates a TMx4 register tile, rows ``ty + 16 r`` and
+columns ``tx + 16 c``. The tallest tiles (64 rows) reuse each loaded element most; shorter ones give a
+product with few rows (a batch of 64) enough tiles to fill the GPU. Operands are read where they lie — the
 activation, the (OUT, IN) weight inside the flat parameter buffer, the upstream gradient — through compile-time
 views, so nothing is transposed or copied; the activation's derivative is applied as the gradient is loaded,
 and bias and activation are applied in the forward's epilogue.
 
 ``use_tiled`` says which layers may use tiles: those whose sides both reach a tile (a 10-wide output would waste
-most of each tile); ``tiles_pay`` says, per product, whether there are enough tiles to fill the GPU. Elsewhere
-the plain one-thread-per-output kernels in ``linear.py`` run, or the split forward below for few outputs.
+most of each tile); ``rows_per_thread`` picks, per product, the tallest tile that still gives enough tiles to
+fill the GPU, or none. Elsewhere the plain one-thread-per-output kernels in ``linear.py`` run, or the split
+forward below for few outputs.
 ``linear_forward_gpu`` and ``linear_backward_gpu`` make that choice for Linear, with or without a fused
 activation.
 """
 import taichi as ti
 
-from . import F1, F2
+from . import F1, F2, kernel
 from . import linear as K_lin
 from .linear import _act, _dz
 
@@ -33,10 +36,18 @@ def use_tiled(in_features: int, out_features: int) -> bool:
     return in_features >= BK * 4 and out_features >= BN
 
 
+def rows_per_thread(m: int, n: int) -> int | None:
+    """4, 2 or 1: the tallest tiles (64, 32 or 16 rows) of which an m x n product has MIN_TILES; None where
+    even 16-row tiles are fewer (the one-thread-per-output kernels, with m * n threads, finish sooner there).
+    A batch of 64 through 784 -> 1024 makes 16 tiles of 64 rows, 64 of 16."""
+    for tm in (4, 2, 1):
+        if -(-m // (16 * tm)) * -(-n // BN) >= MIN_TILES:
+            return tm
+    return None
+
+
 def tiles_pay(m: int, n: int) -> bool:
-    """Enough 64x64 tiles of an m x n product to fill the GPU; below that (a batch of 64: 16 tiles) the
-    one-thread-per-output kernels, with m * n threads, finish sooner."""
-    return -(-m // BM) * -(-n // BN) >= MIN_TILES
+    return rows_per_thread(m, n) is not None
 
 
 @ti.func
@@ -74,31 +85,34 @@ def _b(mode: ti.template(), x: ti.template(), params: ti.template(), w_off, n_in
     return v
 
 
-@ti.kernel
-def _tiled(mode: ti.template(), kind: ti.template(), c: F2, x: F2, dout: F2, out: F2, params: F1, dparams: F1,
+@kernel
+def _tiled(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: F2, x: F2, dout: F2, out: F2, params: F1, dparams: F1,
            w_off: ti.i32, b_off: ti.i32, n_in: ti.i32, M: ti.i32, N: ti.i32, K: ti.i32):
+    bm = ti.static(16 * tm)  # rows of a tile
     tiles_n = (N + BN - 1) // BN
-    tiles = ((M + BM - 1) // BM) * tiles_n
+    tiles = ((M + bm - 1) // bm) * tiles_n
     ti.loop_config(block_dim=THREADS)
     for g in range(tiles * THREADS):
         tile, tid = g // THREADS, g % THREADS
-        m0, n0 = (tile // tiles_n) * BM, (tile % tiles_n) * BN
+        m0, n0 = (tile // tiles_n) * bm, (tile % tiles_n) * BN
         ty, tx = tid // 16, tid % 16
-        a_sh = ti.simt.block.SharedArray((BK, BM), ti.f32)
+        a_sh = ti.simt.block.SharedArray((BK, bm), ti.f32)
         b_sh = ti.simt.block.SharedArray((BK, BN), ti.f32)
-        acc = ti.Matrix.zero(ti.f32, 4, 4)
+        acc = ti.Matrix.zero(ti.f32, tm, 4)
         for kt in range((K + BK - 1) // BK):
             k0 = kt * BK
-            for r in ti.static(range(4)):
+            for r in ti.static(range(tm)):
                 e = tid + THREADS * r
                 # Left operand: k fastest where k is contiguous in memory (modes 0, 1), m fastest in mode 2.
                 mm, kk = e // BK, e % BK
                 if ti.static(mode == 2):
-                    mm, kk = e % BM, e // BM
+                    mm, kk = e % bm, e // bm
                 av = 0.0
                 if m0 + mm < M and k0 + kk < K:
                     av = _a(mode, x, dout, out, kind, m0 + mm, k0 + kk)
                 a_sh[kk, mm] = av
+            for r in ti.static(range(4)):
+                e = tid + THREADS * r
                 # Right operand: k fastest in mode 0 (the weight's rows), n fastest otherwise.
                 kb, nb = e // BN, e % BN
                 if ti.static(mode == 0):
@@ -109,10 +123,10 @@ def _tiled(mode: ti.template(), kind: ti.template(), c: F2, x: F2, dout: F2, out
                 b_sh[kb, nb] = bv
             ti.simt.block.sync()
             for kk in ti.static(range(BK)):
-                for r, q in ti.static(ti.ndrange(4, 4)):
+                for r, q in ti.static(ti.ndrange(tm, 4)):
                     acc[r, q] += a_sh[kk, ty + 16 * r] * b_sh[kk, tx + 16 * q]
             ti.simt.block.sync()
-        for r, q in ti.static(ti.ndrange(4, 4)):
+        for r, q in ti.static(ti.ndrange(tm, 4)):
             m, n = m0 + ty + 16 * r, n0 + tx + 16 * q
             if m < M and n < N:
                 if ti.static(mode == 0):
@@ -123,7 +137,7 @@ def _tiled(mode: ti.template(), kind: ti.template(), c: F2, x: F2, dout: F2, out
                     dparams[w_off + m * n_in + n] = acc[r, q]
 
 
-@ti.kernel
+@kernel
 def _bias_grad(dparams: F1, dout: F2, out: F2, b_off: ti.i32, kind: ti.template()):
     for o in range(dout.shape[1]):
         acc = 0.0
@@ -132,21 +146,22 @@ def _bias_grad(dparams: F1, dout: F2, out: F2, b_off: ti.i32, kind: ti.template(
         dparams[b_off + o] = acc
 
 
-def linear_forward_tiled(out, inp, params, w_off: int, b_off: int, kind: int = 0) -> None:
-    """out (B, OUT) = act(inp @ W.T + b); kind 0: no activation, 1 ReLU, 2 Sigmoid, 3 Tanh."""
-    _tiled(0, kind, out, inp, out, out, params, params, w_off, b_off, inp.shape[1], out.shape[0], out.shape[1],
+def linear_forward_tiled(out, inp, params, w_off: int, b_off: int, kind: int = 0, tm: int = 4) -> None:
+    """out (B, OUT) = act(inp @ W.T + b); kind 0: no activation, 1 ReLU, 2 Sigmoid, 3 Tanh; tm rows per
+    thread (4, 2 or 1)."""
+    _tiled(0, kind, tm, out, inp, out, out, params, params, w_off, b_off, inp.shape[1], out.shape[0], out.shape[1],
            inp.shape[1])
 
 
-def linear_dinput_tiled(dinp, dout, out, params, w_off: int, kind: int = 0) -> None:
+def linear_dinput_tiled(dinp, dout, out, params, w_off: int, kind: int = 0, tm: int = 4) -> None:
     """dinp (B, IN) = (dout * act'(out)) @ W, with dout and out (B, OUT)."""
-    _tiled(1, kind, dinp, dinp, dout, out, params, params, w_off, 0, dinp.shape[1], dinp.shape[0], dinp.shape[1],
+    _tiled(1, kind, tm, dinp, dinp, dout, out, params, params, w_off, 0, dinp.shape[1], dinp.shape[0], dinp.shape[1],
            dout.shape[1])
 
 
-def linear_dweight_tiled(dparams, dout, out, inp, w_off: int, b_off: int, kind: int = 0) -> None:
+def linear_dweight_tiled(dparams, dout, out, inp, w_off: int, b_off: int, kind: int = 0, tm: int = 4) -> None:
     """dW (OUT, IN) = (dout * act'(out)).T @ inp into dparams[w_off:], and db (OUT,) into dparams[b_off:]."""
-    _tiled(2, kind, inp, inp, dout, out, dparams, dparams, w_off, 0, inp.shape[1], dout.shape[1], inp.shape[1],
+    _tiled(2, kind, tm, inp, inp, dout, out, dparams, dparams, w_off, 0, inp.shape[1], dout.shape[1], inp.shape[1],
            dout.shape[0])
     _bias_grad(dparams, dout, out, b_off, kind)
 
@@ -161,12 +176,15 @@ SPLIT = 32
 
 
 def use_split_k(in_features: int, out_features: int) -> bool:
-    return out_features <= 16 and in_features >= 64 * SPLIT
+    """Few outputs from an input long enough that 32 slices of it are 32 long or more (net-1h's 1024 -> 10
+    too: its 640 threads of 1,024 multiply-adds took 42 us at batch 64)."""
+    return out_features <= 16 and in_features >= 32 * SPLIT
 
 
-@ti.kernel
-def linear_forward_split(out: F2, inp: F2, params: F1, partial: F2, w_off: ti.i32, b_off: ti.i32):
-    # out: (B, OUT) = inp @ W.T + b    partial: (B, OUT * SPLIT) scratch
+@kernel
+def linear_forward_split(out: F2, inp: F2, params: F1, partial: F2, w_off: ti.i32, b_off: ti.i32,
+                         kind: ti.template()):
+    # out: (B, OUT) = act(inp @ W.T + b)    partial: (B, OUT * SPLIT) scratch; kind as in linear_forward_tiled
     n_b, n_in, n_out = inp.shape[0], inp.shape[1], out.shape[1]
     size = (n_in + SPLIT - 1) // SPLIT
     for b, o, s in ti.ndrange(n_b, n_out, SPLIT):
@@ -181,17 +199,18 @@ def linear_forward_split(out: F2, inp: F2, params: F1, partial: F2, w_off: ti.i3
         acc = 0.0
         for s in range(SPLIT):
             acc += partial[b, o * SPLIT + s]
-        out[b, o] = acc + params[b_off + o]
+        out[b, o] = _act(acc + params[b_off + o], kind)
 
 
 def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0, partial=None) -> None:
     """out (B, OUT) = act(inp @ W.T + b) on CUDA, by the fastest kernel for the shape; kind 0: no activation.
-    ``partial`` is the split forward's scratch, present where ``use_split_k`` holds (no activation then)."""
+    ``partial`` is the split forward's scratch, present where ``use_split_k`` holds."""
     n_in, n_out = inp.shape[1], out.shape[1]
+    tm = rows_per_thread(out.shape[0], n_out)
     if partial is not None:
-        linear_forward_split(out, inp, params, partial, w_off, b_off)
-    elif use_tiled(n_in, n_out) and tiles_pay(out.shape[0], n_out):
-        linear_forward_tiled(out, inp, params, w_off, b_off, kind)
+        linear_forward_split(out, inp, params, partial, w_off, b_off, kind)
+    elif use_tiled(n_in, n_out) and tm is not None:
+        linear_forward_tiled(out, inp, params, w_off, b_off, kind, tm)
     else:
         K_lin.linear_act_forward(out, inp, params, w_off, b_off, kind)
 
@@ -201,9 +220,10 @@ def linear_backward_gpu(dinp, dparams, dout, inp, out, params, w_off: int, b_off
     """Weight, bias and (if ``need_dinp``) input gradients of Linear (+ activation ``kind``) on CUDA."""
     n_in, n_out = inp.shape[1], dout.shape[1]
     if use_tiled(n_in, n_out):  # dW: OUT x IN tiles, whatever the batch
-        linear_dweight_tiled(dparams, dout, out, inp, w_off, b_off, kind)
-        if need_dinp and tiles_pay(dinp.shape[0], n_in):
-            linear_dinput_tiled(dinp, dout, out, params, w_off, kind)
+        linear_dweight_tiled(dparams, dout, out, inp, w_off, b_off, kind, rows_per_thread(n_out, n_in) or 4)
+        tm = rows_per_thread(dinp.shape[0], n_in)
+        if need_dinp and tm is not None:
+            linear_dinput_tiled(dinp, dout, out, params, w_off, kind, tm)
         elif need_dinp:
             K_lin.linear_act_dinput(dinp, dout, out, params, w_off, kind)
     else:

@@ -1,7 +1,7 @@
 """Fully connected layer: ``out = inp @ W.T + b`` with W stored (OUT, IN) row-major, as PyTorch does."""
 import taichi as ti
 
-from . import F1, F2
+from . import F1, F2, kernel
 from .activation import sigmoid
 
 
@@ -52,7 +52,7 @@ def linear_backward(dinp, dparams, dout, inp, params, w_off: int, b_off: int, ne
     linear_act_backward(dinp, dparams, dout, inp, dout, params, w_off, b_off, need_dinp, 0)
 
 
-@ti.kernel
+@kernel
 def linear_act_forward(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.i32, kind: ti.template()):
     # out: (B, OUT) f32 = act(inp @ W.T + b)   inp: (B, IN) f32   params[w_off:]: W (OUT, IN)   params[b_off:]: b
     n_in = inp.shape[1]
@@ -64,7 +64,7 @@ def linear_act_forward(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.i3
         out[b, o] = _act(acc, kind)
 
 
-@ti.kernel
+@kernel
 def linear_act_dinput(dinp: F2, dout: F2, out: F2, params: F1, w_off: ti.i32, kind: ti.template()):
     # dinp: (B, IN) = (dout * act'(out)) @ W; kind 0: no activation (out unused)
     n_out, n_in = dout.shape[1], dinp.shape[1]
@@ -75,7 +75,7 @@ def linear_act_dinput(dinp: F2, dout: F2, out: F2, params: F1, w_off: ti.i32, ki
         dinp[b, i] = acc
 
 
-@ti.kernel
+@kernel
 def linear_act_backward(dinp: F2, dparams: F1, dout: F2, inp: F2, out: F2, params: F1, w_off: ti.i32,
                         b_off: ti.i32, need_dinp: ti.i32, kind: ti.template()):
     # dinp: (B, IN) f32   dparams[w_off:]: dW (OUT, IN)   dparams[b_off:]: db (OUT,)

@@ -8,7 +8,7 @@ reduction is PyTorch's default ``mean``: over samples for cross-entropy, over al
 import taichi as ti
 
 from .. import runtime
-from . import F1, F2, I1, n_elems, sized
+from . import F1, F2, I1, kernel, n_elems, sized
 from .activation import sigmoid
 
 
@@ -74,7 +74,7 @@ def mse_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
         losses[b] = acc * scale
 
 
-@ti.kernel
+@kernel
 def loss_sum(out: F1, losses: F1):
     # out: (1,) f32   losses: (B,) f32 -- summed serially so the result does not depend on threads
     ti.loop_config(serialize=True)
@@ -110,7 +110,7 @@ def _finite(x: ti.f32) -> ti.i32:
     return (ti.bit_cast(x, ti.i32) & 0x7F800000) != 0x7F800000
 
 
-@ti.kernel
+@kernel
 def loss_accumulate(acc: F1, bad_step: I1, losses: F1, weight: ti.f32, step: ti.i32):
     # acc: (1,) f32 += weight * batch loss   bad_step: (1,) i32, set to `step` at the first non-finite loss
     # losses: (B,) f32 per-sample shares of the batch's mean loss

@@ -6,10 +6,10 @@ the flat index of the winning input within its sample; ties go to the first elem
 import taichi as ti
 
 from .. import runtime
-from . import F2, I2
+from . import F2, I2, kernel
 
 
-@ti.kernel
+@kernel
 def maxpool2d_forward(out: F2, argmax: I2, inp: F2, n_c: ti.i32, h: ti.i32, w: ti.i32,
                       kh: ti.i32, kw: ti.i32, sh: ti.i32, sw: ti.i32):
     # out: (B, C*OH*OW) f32   argmax: (B, C*OH*OW) i32   inp: (B, C*H*W) f32
@@ -31,7 +31,7 @@ def maxpool2d_forward(out: F2, argmax: I2, inp: F2, n_c: ti.i32, h: ti.i32, w: t
         argmax[b, o] = best_i
 
 
-@ti.kernel
+@kernel
 def maxpool2d_backward(dinp: F2, dout: F2, argmax: I2, n_c: ti.i32, h: ti.i32, w: ti.i32,
                        kh: ti.i32, kw: ti.i32, sh: ti.i32, sw: ti.i32):
     # dinp: (B, C*H*W) f32   dout: (B, C*OH*OW) f32   argmax: (B, C*OH*OW) i32 (from the forward pass)

@@ -123,11 +123,13 @@ def test_linear_act_fused(arch, rng, kind, act):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind,act", [(0, lambda v: v), (1, R.relu), (2, R.sigmoid), (3, np.tanh)])
-@pytest.mark.parametrize("b,n_in,n_out", [(1, 64, 64), (37, 100, 70), (64, 64, 128), (130, 784, 1024),
-                                          (257, 203, 65)])
-def test_linear_tiled_cuda(rng, b, n_in, n_out, kind, act):
-    """The shared-memory tiled CUDA products, on full tiles, ragged edges in every dimension and a batch of one,
-    against the float64 composition; nothing outside the layer's slice of the parameters is touched."""
+@pytest.mark.parametrize("b,n_in,n_out,tm", [(1, 64, 64, 4), (37, 100, 70, 4), (64, 64, 128, 4),
+                                             (130, 784, 1024, 4), (257, 203, 65, 4), (37, 100, 70, 2),
+                                             (64, 784, 1024, 1), (19, 203, 65, 1), (50, 97, 130, 2)])
+def test_linear_tiled_cuda(rng, b, n_in, n_out, tm, kind, act):
+    """The shared-memory tiled CUDA products, with tiles of 64, 32 and 16 rows (tm 4, 2, 1), on full tiles,
+    ragged edges in every dimension and a batch of one, against the float64 composition; nothing outside the
+    layer's slice of the parameters is touched."""
     from nncore import runtime
     from nncore.kernels import gemm_cuda as KT
 
@@ -139,14 +141,14 @@ def test_linear_tiled_cuda(rng, b, n_in, n_out, kind, act):
     params = np.concatenate([[7.0, -3.0, 2.0], w.ravel(), bias])
     w_off, b_off = 3, 3 + w.size
     out = zeros(b, n_out)
-    KT.linear_forward_tiled(out, nd(x), nd(params), w_off, b_off, kind)
+    KT.linear_forward_tiled(out, nd(x), nd(params), w_off, b_off, kind, tm)
     y = act(R.linear(x, w, bias))
     assert rel_err(out.to_numpy(), y) < FWD_TOL
     dact = {0: np.ones_like(y), 1: (y > 0).astype(np.float64), 2: y * (1 - y), 3: 1 - y * y}[kind]
     dz = g * dact
     dparams, dinp = nd(np.full(params.size, 9.0)), zeros(b, n_in)
-    KT.linear_dweight_tiled(dparams, nd(g), out, nd(x), w_off, b_off, kind)
-    KT.linear_dinput_tiled(dinp, nd(g), out, nd(params), w_off, kind)
+    KT.linear_dweight_tiled(dparams, nd(g), out, nd(x), w_off, b_off, kind, tm)
+    KT.linear_dinput_tiled(dinp, nd(g), out, nd(params), w_off, kind, tm)
     got = dparams.to_numpy()
     assert rel_err(got[w_off:b_off].reshape(w.shape), dz.T @ x) < BWD_TOL
     assert rel_err(got[b_off:], dz.sum(0)) < BWD_TOL and np.all(got[:3] == 9.0)
@@ -157,10 +159,12 @@ def test_linear_tiled_cuda(rng, b, n_in, n_out, kind, act):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("b,n_in,n_out", [(1, 2048, 1), (3, 2081, 10), (67, 10816, 10), (5, 4099, 16)])
-def test_linear_split_forward_cuda(rng, b, n_in, n_out):
-    """The split-input CUDA forward for few outputs: input lengths that do not divide into the slices,
-    against float64, and the same bits on a second run."""
+@pytest.mark.parametrize("kind,act", [(0, lambda v: v), (2, R.sigmoid), (1, R.relu)])
+@pytest.mark.parametrize("b,n_in,n_out", [(1, 2048, 1), (3, 2081, 10), (67, 10816, 10), (5, 4099, 16),
+                                          (64, 1024, 10), (7, 1031, 3)])
+def test_linear_split_forward_cuda(rng, b, n_in, n_out, kind, act):
+    """The split-input CUDA forward for few outputs, with and without an activation: input lengths that do
+    not divide into the slices, against float64, and the same bits on a second run."""
     from nncore import runtime
     from nncore.kernels import gemm_cuda as KT
 
@@ -169,10 +173,10 @@ def test_linear_split_forward_cuda(rng, b, n_in, n_out):
     bias = f32(rng.normal(size=n_out))
     params = np.concatenate([[7.0, -3.0], w.ravel(), bias])
     out, partial = zeros(b, n_out), zeros(b, n_out * KT.SPLIT)
-    KT.linear_forward_split(out, nd(x), nd(params), partial, 2, 2 + w.size)
-    assert rel_err(out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
+    KT.linear_forward_split(out, nd(x), nd(params), partial, 2, 2 + w.size, kind)
+    assert rel_err(out.to_numpy(), act(R.linear(x, w, bias))) < FWD_TOL
     first = out.to_numpy()
-    KT.linear_forward_split(out, nd(x), nd(params), partial, 2, 2 + w.size)
+    KT.linear_forward_split(out, nd(x), nd(params), partial, 2, 2 + w.size, kind)
     assert np.array_equal(out.to_numpy(), first)
 
 

@@ -1,0 +1,131 @@
+"""Train steps replayed as Taichi compute graphs (nncore.graph) against the same steps launched one by one.
+
+Graphs are on by default only on CUDA; these tests switch them on for the CPU too, where the same recording,
+building and replay run (and on CUDA under the gpu marker). A graph launches the very kernels the step would
+have launched, in the same order, so on the CPU the weights must agree to the bit.
+"""
+import numpy as np
+import pytest
+
+from nncore import graph as G
+from nncore import runtime
+from nncore.config import load_config
+from nncore.kernels import kernel
+from nncore.network import Sequential
+from nncore.optim import SGD, Adam
+from nncore.runtime import ti
+from nncore.train import Trainer
+from tests.conftest import nd
+
+MLP = {"input": [37], "layers": [{"type": "Linear", "out_features": 45}, {"type": "Sigmoid"},
+                                 {"type": "Linear", "out_features": 70}, {"type": "ReLU"},
+                                 {"type": "Linear", "out_features": 7}], "loss": "cross_entropy"}
+CNN = {"input": [1, 13, 11], "layers": [{"type": "Conv2D", "out_channels": 5, "kernel_size": 3},
+                                        {"type": "ReLU"}, {"type": "MaxPool2D", "kernel_size": 2},
+                                        {"type": "Flatten"}, {"type": "Linear", "out_features": 6}],
+       "loss": "cross_entropy"}
+
+
+def _train(spec, make_opt, graphs: bool, batches):
+    net = Sequential.from_spec(spec, seed=3)
+    net.graphs = G.StepGraphs(enabled=graphs)
+    opt = make_opt(net.n_params)
+    for x, y in batches:
+        ws = net.workspace(len(x))
+        ws.load(x, y)
+        net.train_step(ws, opt)
+    return net
+
+
+@pytest.mark.parametrize("spec", [MLP, CNN], ids=["mlp", "cnn"])
+@pytest.mark.parametrize("make_opt", [lambda n: SGD(n, lr=0.1, momentum=0.9), lambda n: Adam(n, lr=0.01)],
+                         ids=["sgd-momentum", "adam"])
+def test_graph_steps_equal_launched_steps(arch, spec, make_opt, rng):
+    """Five steps, the last on a smaller batch (another workspace), with Adam's bias corrections changing every
+    step: the graph's arguments must follow each call's values."""
+    n_out = 7 if spec is MLP else 6
+    batches = [(rng.random((b, *spec["input"]), dtype=np.float32), rng.integers(0, n_out, b))
+               for b in (9, 9, 9, 9, 4)]
+    launched = _train(spec, make_opt, False, batches)
+    replayed = _train(spec, make_opt, True, batches)
+    assert replayed.graphs.built >= 1 and replayed.graphs.fallbacks == 0
+    want, got = launched.params.to_numpy(), replayed.params.to_numpy()
+    assert not np.array_equal(want, Sequential.from_spec(spec, seed=3).params.to_numpy())  # it trained
+    if arch == "cuda":  # the conv weight gradient sums with atomics there: order varies between runs
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_recording_launches_nothing(cpu):
+    out = nd(np.full((3, 5), 7.0, np.float32))
+    src = nd(np.arange(15, dtype=np.float32).reshape(3, 5))
+
+    @kernel
+    def copy(dst: ti.types.ndarray(dtype=ti.f32, ndim=2), s: ti.types.ndarray(dtype=ti.f32, ndim=2)):
+        for i, j in dst:
+            dst[i, j] = s[i, j]
+
+    calls = G.record(lambda: copy(out, src))
+    assert len(calls) == 1 and np.all(out.to_numpy() == 7.0)
+    G.launch(calls)
+    np.testing.assert_array_equal(out.to_numpy(), src.to_numpy())
+    with pytest.raises(RuntimeError, match="do not nest"):
+        G.record(lambda: G.record(lambda: None))
+
+
+def test_scalar_arguments_take_their_parameters_types(cpu):
+    """An int given for an f32 parameter (and a float for an i32 one) reaches the kernel as Python's launch
+    would convert it."""
+    out = nd(np.zeros(4, np.float32))
+
+    @kernel
+    def fill(o: ti.types.ndarray(dtype=ti.f32, ndim=1), scale: ti.f32, shift: ti.i32):
+        for i in o:
+            o[i] = scale * i + shift
+
+    graphs = G.StepGraphs(enabled=True)
+    graphs.run(lambda: fill(out, 3, 2.0))
+    np.testing.assert_array_equal(out.to_numpy(), [2.0, 5.0, 8.0, 11.0])
+    graphs.run(lambda: fill(out, 0.5, -1))  # same graph, new values
+    np.testing.assert_array_equal(out.to_numpy(), [-1.0, -0.5, 0.0, 0.5])
+    assert graphs.built == 1
+
+
+def test_a_kernel_a_graph_cannot_carry_runs_launched(cpu):
+    """A vector parameter has no graph argument here: the recorded calls run one by one, and the next call of
+    the same sequence does not try to build again."""
+    out = nd(np.zeros(3, np.float32))
+
+    @kernel
+    def add(o: ti.types.ndarray(dtype=ti.f32, ndim=1), v: ti.types.vector(2, ti.f32)):
+        for i in o:
+            o[i] += v[0] + v[1]
+
+    graphs = G.StepGraphs(enabled=True)
+    for _ in range(2):
+        graphs.run(lambda: add(out, ti.Vector([1.0, 2.0])))
+    np.testing.assert_array_equal(out.to_numpy(), [6.0, 6.0, 6.0])
+    assert graphs.fallbacks == 1 and graphs.built == 0
+
+
+def test_training_loop_with_graphs_equals_launched(monkeypatch):
+    """The trainer's step (batch gather, step, loss sum) as one graph: same weights, losses and accuracy."""
+    cfg = load_config("quadrant").override("train", arch="cpu-serial", epochs=2)
+    ends = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("LAYERLAB_GRAPHS", flag)
+        trainer = Trainer(cfg)
+        ends.append((trainer.run(), trainer.net.params.to_numpy(), trainer.net.graphs.built))
+    (off, w_off, en_off), (on, w_on, en_on) = ends
+    assert en_off == 0 and en_on >= 1  # graphs built only when switched on
+    np.testing.assert_array_equal(w_on, w_off)
+    assert (on.test_acc, on.test_loss, on.steps) == (off.test_acc, off.test_loss, off.steps)
+
+
+def test_graphs_default_to_cuda_only(monkeypatch):
+    monkeypatch.delenv("LAYERLAB_GRAPHS", raising=False)
+    runtime.ensure("cpu-parallel")
+    assert not G.StepGraphs().enabled
+    monkeypatch.setenv("LAYERLAB_GRAPHS", "1")
+    assert G.StepGraphs().enabled
