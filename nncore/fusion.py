@@ -1,9 +1,11 @@
 """How a network runs: its layers grouped into parts, some parts fused into one kernel pair.
 
 A part is one layer, or a run of layers executed together. On CUDA, a Linear followed by ReLU, Sigmoid or Tanh
-runs as one kernel each way, which halves the launches of an MLP step. On the CPU, Conv2D -> ReLU -> MaxPool2D
-runs as one fused part: the ReLU output is never written (ReLU and pooling are one pass over the conv output
-that keeps each window's winner), and backward needs neither the ReLU nor the pooling layer's own kernels.
+runs as one kernel each way, which halves the launches of an MLP step. Conv2D -> ReLU -> MaxPool2D, where the
+conv needs no input gradient, runs as one fused part: on the CPU the ReLU output is never written (ReLU and
+pooling are one pass over the conv output that keeps each window's winner); on CUDA the conv output is not
+written either (one kernel computes each window's winner), and backward sums the weight gradient over the
+winners only. Backward needs neither the ReLU nor the pooling layer's own kernels.
 Per-layer timings are reported per part: a fused part is named after all of its layers.
 """
 from __future__ import annotations
@@ -12,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from .kernels import conv_cpu as K_cpu
+from .kernels import conv_cuda as K_cuda
 from .kernels import on_cpu
 from .kernels import gemm_cuda as K_tiled
 from .layers import Conv2D, Layer, Linear, MaxPool2D, ReLU, Sigmoid, Tanh
@@ -85,6 +88,31 @@ class ConvReluPool:
                              conv.out_channels)
 
 
+class ConvReluPoolCUDA:
+    """Conv2D -> ReLU -> MaxPool2D on CUDA, for a conv that needs no input gradient: one kernel computes the
+    pooled winners of the ReLU'd conv; backward sums the weight and bias gradients over the winners only
+    (nncore.kernels.conv_cuda), with neither the conv's output nor its gradient ever stored."""
+
+    def __init__(self, conv: Conv2D, pool: MaxPool2D):
+        self.conv, self.pool = conv, pool
+        self.n_grads = conv.out_channels * (conv.c * conv.kernel[0] * conv.kernel[1] + 1)
+
+    def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
+        return {"argmax": ("i32", (batch, math.prod(self.pool.out_shape))),
+                "part": ("f32", (K_cuda.chunks(batch), self.n_grads))}
+
+    def forward(self, out, inp, params, scratch) -> None:
+        conv = self.conv
+        K_cuda.conv_relu_pool_forward(out, scratch["argmax"], inp, params, conv.offsets["weight"],
+                                      conv.offsets["bias"], *conv._geometry(), *self.pool.kernel,
+                                      *self.pool.stride)
+
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
+        conv = self.conv
+        K_cuda.conv_relu_pool_dweight(dparams, scratch["part"], dout, out, scratch["argmax"], inp,
+                                      conv.offsets["weight"], conv.offsets["bias"], *conv._geometry())
+
+
 class LinearAct:
     """Linear followed by ReLU, Sigmoid or Tanh: one kernel forward, one backward (CUDA: fewer launches)."""
 
@@ -112,9 +140,10 @@ def plan(layers: list[Layer], need_dinp: list[bool]) -> list[Part]:
     parts, i, cpu = [], 0, on_cpu()
     while i < len(layers):
         trio = layers[i:i + 3]
-        if (cpu and len(trio) == 3 and isinstance(trio[0], Conv2D) and isinstance(trio[1], ReLU)
+        if (len(trio) == 3 and isinstance(trio[0], Conv2D) and isinstance(trio[1], ReLU)
                 and isinstance(trio[2], MaxPool2D) and not need_dinp[i]):
-            parts.append(Part(i, i + 2, trio, ConvReluPool(trio[0], trio[2])))
+            fused = ConvReluPool if cpu else ConvReluPoolCUDA
+            parts.append(Part(i, i + 2, trio, fused(trio[0], trio[2])))
             i += 3
         elif not cpu and len(trio) >= 2 and isinstance(trio[0], Linear) and type(trio[1]) in LinearAct.KINDS:
             parts.append(Part(i, i + 1, trio[:2], LinearAct(trio[0], trio[1])))
