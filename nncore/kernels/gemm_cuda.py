@@ -169,30 +169,31 @@ def linear_dweight_tiled(dparams, dout, out, inp, w_off: int, b_off: int, kind: 
 
 # Few outputs from a long input (the cnn's 10,816 -> 10): a thread per output holds a chain of 10,816
 # dependent multiply-adds and only B x OUT threads run, so the layer is latency-bound. Here SPLIT threads per
-# output each sum a contiguous slice of the input, and a second loop adds the SPLIT partial sums in order: a
-# blocked sum in a fixed order (no atomics, no tree over threads), the same result on every run and at least
-# as accurate as the single chain.
+# output share its sum, interleaved: thread s reads elements s, s + SPLIT, s + 2 SPLIT, ... (a warp reads 32
+# neighbouring elements of the input and of the weight row at a time); a second loop adds each output's SPLIT
+# partial sums in order. A fixed order (no atomics, no tree over threads): the same result on every run, and
+# at least as accurate as the single chain.
 SPLIT = 32
+MAX_SPLIT_OUT = 16
 
 
 def use_split_k(in_features: int, out_features: int) -> bool:
-    """Few outputs from an input long enough that 32 slices of it are 32 long or more (net-1h's 1024 -> 10
-    too: its 640 threads of 1,024 multiply-adds took 42 us at batch 64)."""
-    return out_features <= 16 and in_features >= 32 * SPLIT
+    """Few outputs from an input long enough that each of the 32 threads of a sample gets 32 elements or more
+    (net-1h's 1024 -> 10 too: its 640 threads of 1,024 multiply-adds took 42 us at batch 64)."""
+    return out_features <= MAX_SPLIT_OUT and in_features >= 32 * SPLIT
 
 
 @kernel
 def linear_forward_split(out: F2, inp: F2, params: F1, partial: F2, w_off: ti.i32, b_off: ti.i32,
                          kind: ti.template()):
-    # out: (B, OUT) = act(inp @ W.T + b)    partial: (B, OUT * SPLIT) scratch; kind as in linear_forward_tiled
+    # out: (B, OUT) = act(inp @ W.T + b)    partial: (B, OUT * SPLIT) scratch
+    # kind as in linear_forward_tiled
     n_b, n_in, n_out = inp.shape[0], inp.shape[1], out.shape[1]
-    size = (n_in + SPLIT - 1) // SPLIT
     for b, o, s in ti.ndrange(n_b, n_out, SPLIT):
-        lo = s * size
-        hi = ti.min(lo + size, n_in)
-        w = w_off + o * n_in
         acc = 0.0
-        for i in range(lo, hi):
+        w = w_off + o * n_in
+        for k in range((n_in - s + SPLIT - 1) // SPLIT):
+            i = s + k * SPLIT
             acc += inp[b, i] * params[w + i]
         partial[b, o * SPLIT + s] = acc
     for b, o in ti.ndrange(n_b, n_out):
