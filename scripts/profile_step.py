@@ -1,0 +1,59 @@
+"""Where a CUDA (or CPU) training step's time goes: launch sequence, graph overheads, per-kernel device time.
+
+Usage: python scripts/profile_step.py ARCH WORKLOAD BATCH   (e.g. cuda net-1h 64)
+With PROF=1 TI_KERNEL_PROFILER=1 in the environment it also prints Taichi's kernel profiler table for 100
+steps launched from Python (each offloaded task of a kernel on its own line; the profiler syncs after every
+task, so its times are device times, not the step's wall time).
+
+Prints microseconds per step, "issue/synced" (the time to issue 200 steps, and to the device sync after them):
+recording the launches alone, recording plus the graph's arguments, replaying a fixed graph, the whole graph
+step, and the same step launched kernel by kernel from Python.
+"""
+import sys, time, os
+import numpy as np
+from nncore import runtime
+from nncore.bench import workload_model, _data
+from nncore.network import Sequential
+from nncore.optim import SGD
+from nncore.kernels.data import gather_rows
+from nncore import graph as G
+from nncore.runtime import ti
+arch, name, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+runtime.init(arch)
+model = workload_model(name)
+net = Sequential.from_spec(model); opt = SGD(net.n_params, lr=0.01)
+net.graphs = G.StepGraphs(enabled=True)
+ws = net.workspace(batch)
+x, y = _data(model)
+xs = ti.ndarray(ti.f32, shape=(4096, x[0].size)); xs.from_numpy(x.reshape(4096, -1))
+ys = ti.ndarray(ti.i32, shape=(4096,)); ys.from_numpy(y)
+order = ti.ndarray(ti.i32, shape=(4096,)); order.from_numpy(np.arange(4096, dtype=np.int32))
+gather = lambda: gather_rows(ws.x, ws.labels, xs, ys, order, 0)
+step = lambda: net.train_step(ws, opt, gather=gather)
+fn = lambda: (gather(), net.forward(ws), net.loss_grad(ws), net.backward(ws), opt.step(net.params, net.grads))
+for _ in range(5): step()
+runtime.sync()
+def t(f, n=200):
+    best = []
+    for _ in range(3):
+        runtime.sync(); t0 = time.perf_counter()
+        for _ in range(n): f()
+        t1 = time.perf_counter(); runtime.sync(); t2 = time.perf_counter()
+        best.append((1e6 * (t1 - t0) / n, 1e6 * (t2 - t0) / n))
+    return " ".join(f"{a:.0f}/{b:.0f}" for a, b in best)
+calls = G.record(fn)
+print(f"{name} b{batch}: {len(calls)} kernels: " + ", ".join(k._primal.func.__name__ for k, _, _ in calls))
+graph = net.graphs._graphs[G._signature(calls)]
+vals = G._values(calls)
+print("us per step issue/synced:")
+print("  record only          ", t(lambda: G.record(fn)))
+print("  record+sig+values    ", t(lambda: (lambda c: (G._signature(c), G._values(c)))(G.record(fn))))
+print("  graph.run fixed args ", t(lambda: graph.run(vals)))
+print("  full graph step      ", t(step))
+net.graphs.enabled = False
+print("  python launches      ", t(step))
+if os.environ.get("PROF"):
+    ti.profiler.clear_kernel_profiler_info()
+    for _ in range(100): step()
+    runtime.sync()
+    ti.profiler.print_kernel_profiler_info("count")
