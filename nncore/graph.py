@@ -1,8 +1,8 @@
 """A training step's kernel launches replayed as one Taichi compute graph.
 
-Launching a kernel from Python costs about 70 us on the lent GPU's host (Taichi 1.7 checks and converts every
-argument in Python), against about 19 us per kernel of a compute graph (`ti.graph`), whose launches are
-issued from C++. A net-1h step is eight launches and a few microseconds of GPU work each at batch 64, so on
+Launching a kernel from Python cost 70-150 us on the lent H100's host (Taichi 1.7 checks and converts every
+argument in Python), against 19-36 us per kernel of a compute graph (`ti.graph`), whose launches are issued
+from C++. A net-1h step is eight launches and a few microseconds of GPU work each at batch 64, so on
 CUDA the step is the launches: ``scripts/launch_cost.py`` measures both.
 
 :class:`StepGraphs` runs a function that only launches nncore kernels (no host reads, no ``fill``): the first
