@@ -73,13 +73,11 @@ class _Slots:
         self.dtypes = {i: a.annotation for i, a in enumerate(kern._primal.arguments)}
 
 
-_SLOTS: dict[int, _Slots] = {}
-
-
 def _slots(kern) -> _Slots:
-    s = _SLOTS.get(id(kern))
+    """The kernel's _Slots, kept on the kernel itself (made on first use)."""
+    s = getattr(kern, "_graph_slots", None)
     if s is None:
-        s = _SLOTS[id(kern)] = _Slots(kern)
+        s = kern._graph_slots = _Slots(kern)
     return s
 
 
@@ -94,10 +92,7 @@ def _symbol(name: str, value, kind: str, dtype):
 
 def _compiled(kern, args, in_place: bool):
     primal = kern._primal
-    if in_place:
-        with runtime.loops_in_place():
-            key = primal.ensure_compiled(*args)
-    else:
+    with _k.compiling(in_place):
         key = primal.ensure_compiled(*args)
     return primal.compiled_kernels[key]
 
@@ -105,7 +100,7 @@ def _compiled(kern, args, in_place: bool):
 def _signature(calls) -> tuple:
     """What a graph is cached under: each call's kernel and its template values (other arguments are
     symbolic; their dtypes and dimensions are fixed by the kernels' annotations)."""
-    return tuple((id(kern), in_place, tuple(args[i] for i in _slots(kern).templates))
+    return tuple((kern, in_place, tuple(args[i] for i in _slots(kern).templates))
                  for kern, args, in_place in calls)
 
 

@@ -9,6 +9,8 @@ Only the outermost loop of a kernel runs in parallel. Reductions (bias and weigh
 parallel over the output element and reduce serially inside: no atomics, so results do not depend on the
 number of threads.
 """
+import contextlib
+
 from .. import runtime
 from ..runtime import ti  # noqa: F401  (makes sure Taichi is imported with nncore's settings)
 
@@ -42,14 +44,18 @@ IN_PLACE_NS = 150_000
 _recording: list | None = None
 
 
+def compiling(in_place: bool):
+    """The context a kernel compiles in: runtime.loops_in_place() for the in-place variant of a Sized kernel
+    (read while it compiles, on its first call), nothing otherwise."""
+    return runtime.loops_in_place() if in_place else contextlib.nullcontext()
+
+
 def _launch(kern, args, in_place: bool = False):
     if _recording is not None:
         _recording.append((kern, args, in_place))
         return None
-    if in_place:
-        with runtime.loops_in_place():  # read while the kernel compiles, on its first call
-            return kern(*args)
-    return kern(*args)
+    with compiling(in_place):
+        return kern(*args)
 
 
 class Kernel:
@@ -77,7 +83,7 @@ class Sized:
     def __init__(self, fn, work):
         self.pool, self.here, self.work = ti.kernel(fn), ti.kernel(fn), work
         self.__name__, self.__doc__ = fn.__name__, fn.__doc__
-        self._primal = self.pool._primal
+        self._primal = self.pool._primal  # marks a kernel, as on Taichi's own wrappers
 
     def __call__(self, *args):
         if runtime.serial or not on_cpu() or self.work(*args) >= IN_PLACE_NS:
