@@ -1,7 +1,9 @@
 """How a network runs: its layers grouped into parts, some parts fused into one kernel pair.
 
-A part is one layer, or a run of layers executed together. On CUDA, a Linear followed by ReLU, Sigmoid or Tanh
-runs as one kernel each way, which halves the launches of an MLP step. Conv2D -> ReLU -> MaxPool2D, where the
+A part is one layer, or a run of layers executed together. A Linear followed by ReLU, Sigmoid or Tanh runs as
+one part: on CUDA one kernel each way, which halves the launches of an MLP step; on the CPU the activation runs
+in the product's epilogue and its derivative in backward's staging (for Linears of 32 outputs or more, which
+stage their operands). Conv2D -> ReLU -> MaxPool2D, where the
 conv needs no input gradient, runs as one fused part: on the CPU the ReLU output is never written (ReLU and
 pooling are one pass over the conv output that keeps each window's winner); on CUDA the conv output is not
 written either (one kernel computes each window's winner), and backward sums the weight gradient over the
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from .kernels import conv_cpu as K_cpu
 from .kernels import conv_cuda as K_cuda
 from .kernels import on_cpu
+from .kernels import gemm_cpu as K_gemm
 from .kernels import gemm_cuda as K_tiled
 from .layers import Conv2D, Layer, Linear, MaxPool2D, ReLU, Sigmoid, Tanh
 
@@ -114,7 +117,10 @@ class ConvReluPoolCUDA:
 
 
 class LinearAct:
-    """Linear followed by ReLU, Sigmoid or Tanh: one kernel forward, one backward (CUDA: fewer launches)."""
+    """Linear followed by ReLU, Sigmoid or Tanh. CUDA: one kernel forward, one backward (fewer launches). CPU
+    (where the Linear stages its operands, ``K_gemm.staging_pays``): the activation runs in the product's
+    epilogue on the tile's vectors and its derivative in the staging of backward's operands, so neither the
+    pre-activation nor its gradient makes a pass through memory."""
 
     KINDS = {ReLU: 1, Sigmoid: 2, Tanh: 3}
 
@@ -126,11 +132,15 @@ class LinearAct:
 
     def forward(self, out, inp, params, scratch) -> None:
         lin = self.linear
+        if on_cpu():
+            return lin.forward(out, inp, params, scratch, self.kind)
         K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind,
                                    partial=scratch.get("partial"))
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
         lin = self.linear
+        if on_cpu():
+            return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind)
         K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, out, params, lin.offsets["weight"], lin.offsets["bias"],
                                     need_dinp, self.kind)
 
@@ -145,7 +155,8 @@ def plan(layers: list[Layer], need_dinp: list[bool]) -> list[Part]:
             fused = ConvReluPool if cpu else ConvReluPoolCUDA
             parts.append(Part(i, i + 2, trio, fused(trio[0], trio[2])))
             i += 3
-        elif not cpu and len(trio) >= 2 and isinstance(trio[0], Linear) and type(trio[1]) in LinearAct.KINDS:
+        elif (len(trio) >= 2 and isinstance(trio[0], Linear) and type(trio[1]) in LinearAct.KINDS
+              and (not cpu or K_gemm.staging_pays(trio[0].out_features))):
             parts.append(Part(i, i + 1, trio[:2], LinearAct(trio[0], trio[1])))
             i += 2
         else:

@@ -127,42 +127,45 @@ class Linear(Layer):
         # The CPU kernels read both operands of each product staged as 16-wide vectors (nncore.kernels.gemm_cpu).
         if on_cpu():
             n_in, n_out = self.in_features, self.out_features
-            shapes = {"wt": ("v16", K_gemm.wt_shape(n_in, n_out))}
+            shapes = {"wt": ("v16", K_gemm.panels_shape(n_out, n_in))}
             if need_dinp:
-                shapes.update(dp=("v16", K_gemm.panels_shape(batch, n_out)), wv=("v16", K_gemm.rows_shape(n_out, n_in)))
+                shapes.update(dp=("v16", K_gemm.panels_shape(batch, n_out)), wv=("v16", K_gemm.strips_shape(n_out, n_in)))
             if K_gemm.staging_pays(n_out):
-                shapes.update(xp=("v16", K_gemm.panels_shape(batch, n_in)), xv=("v16", K_gemm.rows_shape(batch, n_in)),
-                              dv=("v16", K_gemm.rows_shape(batch, n_out)))
+                shapes.update(xp=("v16", K_gemm.panels_shape(batch, n_in)), xs=("v16", K_gemm.strips_shape(batch, n_in)),
+                              ds=("v16", K_gemm.strips_shape(batch, n_out)))
             return shapes
         if K_tiled.use_split_k(self.in_features, self.out_features):
             return {"partial": ("f32", (batch, self.out_features * K_tiled.SPLIT))}
         return {}
 
-    def forward(self, out, inp, params, scratch):
+    def forward(self, out, inp, params, scratch, kind=0):
+        """``kind``: the activation fused after it on the CPU (nncore.fusion.LinearAct; 0 none), which needs the
+        staged kernels (``K_gemm.staging_pays``)."""
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if "wt" in scratch:
-            K_gemm.transpose_weight(scratch["wt"], params, w_off, self.out_features)
+            K_gemm.weight_panels(scratch["wt"], params, w_off, self.out_features)
             if "xp" in scratch:
-                K_gemm.stage_panels(scratch["xp"], inp)
-                K_gemm.linear_forward_cpu(out, scratch["xp"], scratch["wt"], params, b_off)
+                K_gemm.stage_panels(scratch["xp"], inp, inp, 0)
+                K_gemm.linear_forward_cpu(out, scratch["xp"], scratch["wt"], params, b_off, kind)
             else:
                 K_gemm.linear_forward_cpu_direct(out, inp, scratch["wt"], params, b_off)
         else:
             K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, partial=scratch.get("partial"))
 
-    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp):
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0):
+        """``out``: the output of the fused activation (``kind`` > 0, CPU), whose derivative it takes."""
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if "wt" in scratch:
-            if "xv" in scratch:
-                K_gemm.stage_rows(scratch["xv"], inp)
-                K_gemm.stage_rows(scratch["dv"], dout)
-                K_gemm.linear_dweight_cpu(dparams, dout, scratch["dv"], scratch["xv"], w_off, b_off,
+            if "xs" in scratch:
+                K_gemm.stage_dz(scratch["ds"], dparams, dout, out, b_off, kind)
+                K_gemm.stage_strips(scratch["xs"], inp)
+                K_gemm.linear_dweight_cpu(dparams, scratch["ds"], scratch["xs"], w_off, self.out_features,
                                           self.in_features)
             else:
                 K_gemm.linear_dweight_cpu_direct(dparams, dout, inp, w_off, b_off)
             if need_dinp:
-                K_gemm.stage_panels(scratch["dp"], dout)
-                K_gemm.stage_rows_of(scratch["wv"], params, w_off, self.in_features)
+                K_gemm.stage_panels(scratch["dp"], dout, out, kind)
+                K_gemm.weight_strips(scratch["wv"], params, w_off, self.in_features)
                 K_gemm.linear_dinput_cpu(dinp, scratch["dp"], scratch["wv"])
         else:  # (no activation: the output is never read, dout stands in for it)
             K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, dout, params, w_off, b_off, need_dinp)

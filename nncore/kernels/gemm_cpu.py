@@ -5,16 +5,23 @@ lives in 16 vector registers, and every k loads one 16-wide vector of B and broa
 FMAs (runtime.init keeps vector types unscalarised on the CPU). Both operands are read from vector-typed
 ndarrays the kernels stage first, because Taichi's index arithmetic hides contiguity from LLVM: from plain f32
 ndarrays, B's 16 neighbours compiled to 16 scalar loads and inserts, and each of A's 16 broadcasts to its own
-address computation. Staged, B is one load and A's 16 scalars sit in one vector, ``panel[mb, k]`` (rows
-mb*16..mb*16+15 of A at column k), so the broadcasts are loads at fixed offsets from one address. Forward at
-256x784x1024 on this machine's one core: 33 GFLOP/s from plain arrays, 84 staged.
+address computation. Staged, B is one load and A's 16 scalars sit in one vector, so the broadcasts are loads at
+fixed offsets from one address. Both staged operands are block-major, so a tile walks each of them
+sequentially through memory:
+- panels, ``a[mb, k]``: rows mb*16..mb*16+15 of A at column k (``panels_shape``);
+- strips, ``b[nb, k]``: columns nb*16..nb*16+15 of B at row k (``strips_shape``).
+(Row-major staging, ``b[k, nb]``, had a tile step through B one 4 KiB-strided line per k: forward 256x784x1024
+84 -> 98 GFLOP/s on one core from the change, 68 -> 88 at batch 64.)
 
 Staging per product (all O(size of an operand), against the product's O(M*N*K)):
-- forward, out = inp @ W^T + b: A = inp as panels (``stage_panels``), B = W^T as vectors along OUT
-  (``transpose_weight``, refreshed from the parameters before each forward);
-- weight gradient, dW = dout^T @ inp: A = dout^T, whose panels are dout's rows as vectors (``stage_rows``),
-  B = inp as vectors along IN (``stage_rows``);
-- input gradient, dinp = dout @ W: A = dout as panels, B = W's rows as vectors along IN (``stage_rows_of``).
+- forward, out = act(inp @ W^T + b): A = inp as panels (``stage_panels``), B = W^T as strips, which are W's
+  panels (``weight_panels``, refreshed from the parameters before each forward);
+- weight gradient, dW = dz^T @ inp with dz = dout * act'(out): A = dz^T, whose panels are dz's strips
+  (``stage_dz``, which also sums the bias gradient), B = inp as strips (``stage_strips``);
+- input gradient, dinp = dz @ W: A = dz as panels (``stage_panels`` with the activation), B = W as strips
+  (``weight_strips``).
+The activation after a Linear (ReLU, Sigmoid, Tanh; ``kind`` 1-3, 0 for none) runs in the forward's epilogue on
+the tile's vectors, and its derivative in backward's staging: nncore.fusion fuses the pair on the CPU too.
 Partial tiles compute on zeros or clamped copies and store only what exists, so any shape works. Layers of few
 outputs skip the activations' staging (``staging_pays``).
 """
@@ -29,114 +36,207 @@ VI = ti.types.vector(L, ti.i32)
 VA2 = ti.types.ndarray(dtype=V, ndim=2)
 
 
-def wt_shape(n_in: int, n_out: int) -> tuple:
-    """Shape of the transposed weights for ``transpose_weight``, in 16-wide vectors."""
-    return (n_in, (n_out + L - 1) // L + 1)
+def panels_shape(rows: int, n: int) -> tuple:
+    """Shape of a (rows, n) matrix staged as panels of 16 rows: ``p[mb, k][l] = x[mb*16 + l, k]``."""
+    return ((rows + L - 1) // L, n)
 
 
-def rows_shape(rows: int, n: int) -> tuple:
-    """Shape of a (rows, n) matrix staged as 16-wide vectors along n (``stage_rows``, ``stage_rows_of``), with a
-    spare vector per row: a row of 1,024 floats is 4 KiB, and the kernels walk such a buffer down a column,
-    where a 4 KiB stride puts every load in one L1 set."""
-    return (rows, (n + L - 1) // L + 1)
+def strips_shape(rows: int, n: int) -> tuple:
+    """Shape of a (rows, n) matrix staged as strips of 16 columns: ``s[nb, k][l] = x[k, nb*16 + l]``."""
+    return ((n + L - 1) // L, rows)
 
 
 def staging_pays(n_out: int) -> bool:
     """Whether Linear's forward and weight gradient stage their activation operands: each staged element is
     then read once per 16 outputs, so for a layer of under 32 outputs (the cnn's 10,816 -> 10) staging is two
-    more passes over the input for no reuse, and the direct kernels run instead."""
+    more passes over the input for no reuse, and the direct kernels run instead (with no fused activation)."""
     return n_out >= 2 * L
 
 
-def panels_shape(rows: int, n: int) -> tuple:
-    """Shape of a (rows, n) matrix staged as panels of 16 rows (``stage_panels``)."""
-    return ((rows + L - 1) // L, n)
+@ti.func
+def _exp_neg(x):
+    """e^x = scale * (1 + q) for x <= 0, on a 16-wide vector, in vector arithmetic (libm's expf runs one lane at
+    a time: the sigmoid of 256 x 1,024 values took 0.9 ms on one core with it, 0.38 with this); returns
+    (scale, q). x = n ln2 + r with n the nearest integer to x / ln2 (read from the bits of x / ln2 + 1.5 * 2^23,
+    as integers: in floating point, fast math would fold the rounding away), scale = 2^n built in the exponent
+    bits, q = e^r - 1 by its Taylor polynomial to r^6 (|r| <= ln2 / 2: relative error below 2e-7). Keeping q
+    apart gives e^x - 1 without cancellation near 0 (for tanh). Below -87, where e^x leaves f32's normal
+    range, it gives e^-87, at most 2e-38 from the truth."""
+    x = ti.max(x, -87.0)
+    big = x * 1.4426950408889634 + 12582912.0
+    n_i = VI([ti.bit_cast(big[l], ti.i32) - 0x4B400000 for l in ti.static(range(L))])
+    n = V([ti.cast(n_i[l], ti.f32) for l in ti.static(range(L))])
+    r = x - n * 0.693145751953125 - n * 1.428606765330187e-06
+    q = r * (1.0 + r * (0.5 + r * (0.16666667 + r * (0.041666668 + r * (0.008333334 + r * 0.0013888889)))))
+    return V([ti.bit_cast((n_i[l] + 127) << 23, ti.f32) for l in ti.static(range(L))]), q
 
 
-@sized(lambda wt, params, w_off, n_out: 2 * wt.shape[0] * n_out)
-def transpose_weight(wt: VA2, params: F1, w_off: ti.i32, n_out: ti.i32):
-    # wt: (IN, OUTB + 1) 16-wide vectors, wt[i, ob][l] = W[ob*16 + l, i] (zero past OUT) <- params[w_off:]: W (OUT, IN)
-    # A task fills 16 rows of wt for one block of 16 outputs: it walks 16 rows of W side by side, so each cache
-    # line of W it loads serves 16 consecutive rows of wt. The spare column of vectors keeps wt's row stride off
-    # multiples of 4 KiB, which would put every row in one L1 set.
-    n_in = wt.shape[0]
-    n_ob = (n_out + L - 1) // L
+@ti.func
+def act_v(x, kind: ti.template()):
+    """The activation (kind 0 none, 1 ReLU, 2 Sigmoid, 3 Tanh) of a 16-wide vector."""
+    y = x
+    if ti.static(kind == 1):
+        y = ti.max(x, 0.0)
+    elif ti.static(kind == 2):
+        scale, q = _exp_neg(ti.min(x, 0.0 - x))  # (0 - x: Taichi 1.7 cannot negate an unscalarised vector here)
+        e = scale + scale * q  # e^-|x|
+        s = 1.0 / (1.0 + e)
+        y = ti.select(x >= 0.0, s, e * s)
+    elif ti.static(kind == 3):
+        scale, q = _exp_neg(2.0 * ti.min(x, 0.0 - x))
+        em1 = scale * q + (scale - 1.0)  # e^-2|x| - 1, exact near 0 (2^n - 1 is exact for the n that matter)
+        t = (0.0 - em1) / (2.0 + em1)  # tanh |x|
+        y = ti.select(x >= 0.0, t, 0.0 - t)
+    return y
+
+
+@ti.func
+def dz_v(d, y, kind: ti.template()):
+    """The gradient at the pre-activation, d * act'(.), from the activation's output y (16-wide vectors)."""
+    g = d
+    if ti.static(kind == 1):
+        g = ti.select(y > 0.0, d, 0.0)
+    elif ti.static(kind == 2):
+        g = d * y * (1.0 - y)
+    elif ti.static(kind == 3):
+        g = d * (1.0 - y * y)
+    return g
+
+
+@ti.func
+def _row(x: ti.template(), k, n0, n):
+    """x[k, n0:n0+16] as a vector, zero past column n."""
+    v = V(0.0)
+    if n0 + L <= n:
+        v = V([x[k, n0 + l] for l in ti.static(range(L))])
+    else:
+        for l in ti.static(range(L)):
+            if n0 + l < n:
+                v[l] = x[k, n0 + l]
+    return v
+
+
+@sized(lambda wt, params, w_off, n_out: 2 * wt.shape[1] * n_out)
+def weight_panels(wt: VA2, params: F1, w_off: ti.i32, n_out: ti.i32):
+    # wt: (ceil(OUT / 16), IN) 16-wide vectors, wt[ob, i][l] = W[ob*16 + l, i] (zero past OUT): W^T's strips
+    # params[w_off:]: W (OUT, IN). A task fills 16 vectors: it walks 16 rows of W side by side, so each cache
+    # line of W it loads serves 16 consecutive vectors of wt.
+    n_ob, n_in = wt.shape[0], wt.shape[1]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(n_ob * ((n_in + L - 1) // L)):
         ob, i0 = t % n_ob, (t // n_ob) * L
         live = VI([ob * L + l for l in ti.static(range(L))]) < n_out
         for i in range(i0, ti.min(i0 + L, n_in)):
             col = V([params[w_off + ti.min(ob * L + l, n_out - 1) * n_in + i] for l in ti.static(range(L))])
-            wt[i, ob] = ti.select(live, col, 0.0)
+            wt[ob, i] = ti.select(live, col, 0.0)
 
 
-@sized(lambda xv, x: 2 * n_elems(x))
-def stage_rows(xv: VA2, x: F2):
-    # xv: (B, ceil(N / 16) + 1) 16-wide vectors <- x: (B, N) f32, zero past N (rows_shape)
-    n = x.shape[1]
+@sized(lambda wv, params, w_off, n: 2 * wv.shape[1] * n)
+def weight_strips(wv: VA2, params: F1, w_off: ti.i32, n: ti.i32):
+    # wv: (ceil(N / 16), R) 16-wide vectors, wv[nb, r][l] = W[r, nb*16 + l] (zero past N)
+    # params[w_off:]: W, an (R, N) f32 matrix
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for b in range(x.shape[0]):
-        for jb in range(xv.shape[1]):
+    for nb in range(wv.shape[0]):
+        for r in range(wv.shape[1]):
             v = V(0.0)
             for l in ti.static(range(L)):
-                if jb * L + l < n:
-                    v[l] = x[b, jb * L + l]
-            xv[b, jb] = v
+                if nb * L + l < n:
+                    v[l] = params[w_off + r * n + nb * L + l]
+            wv[nb, r] = v
 
 
-@sized(lambda wv, params, w_off, n: 2 * wv.shape[0] * n)
-def stage_rows_of(wv: VA2, params: F1, w_off: ti.i32, n: ti.i32):
-    # wv: (R, ceil(N / 16) + 1) 16-wide vectors <- params[w_off:]: a (R, N) f32 matrix, zero past N
+# The two staging kernels below read whole rows (a task per 16 rows of the batch) and write each row's 16-wide
+# pieces into every strip. Tasks per strip, walking down a column of x, were 2-5x slower: rows of 1,024 floats
+# are 4 KiB apart, and the hardware prefetcher does not follow a stream across pages.
+@sized(lambda xs, x: 2 * n_elems(x))
+def stage_strips(xs: VA2, x: F2):
+    # xs: (ceil(N / 16), B) 16-wide vectors <- x: (B, N) f32, xs[nb, b][l] = x[b, nb*16 + l], zero past N
+    n, n_b = x.shape[1], x.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for r in range(wv.shape[0]):
-        for jb in range(wv.shape[1]):
-            v = V(0.0)
-            for l in ti.static(range(L)):
-                if jb * L + l < n:
-                    v[l] = params[w_off + r * n + jb * L + l]
-            wv[r, jb] = v
+    for t in range((n_b + L - 1) // L):
+        for b in range(t * L, ti.min(t * L + L, n_b)):
+            for nb in range(xs.shape[0]):
+                xs[nb, b] = _row(x, b, nb * L, n)
 
 
-@sized(lambda xp, x: 2 * n_elems(x))
-def stage_panels(xp: VA2, x: F2):
-    # xp: (ceil(B / 16), N) 16-wide vectors, xp[mb, k][l] = x[mb*16 + l, k] (the last row repeated past B)
+@sized(lambda ds, dparams, dout, *_: 3 * n_elems(dout))
+def stage_dz(ds: VA2, dparams: F1, dout: F2, out: F2, b_off: ti.i32, kind: ti.template()):
+    # ds: (ceil(OUT / 16), B) 16-wide vectors, ds[ob, b] = dz[b, ob*16:ob*16+16], dz = dout * act'(out), zero past
+    # OUT   dparams[b_off:]: db (OUT,) = column sums of dz   dout, out: (B, OUT) f32 (out unread for kind 0)
+    n, n_b = dout.shape[1], dout.shape[0]
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
+    for t in range((n_b + L - 1) // L):
+        for b in range(t * L, ti.min(t * L + L, n_b)):
+            for ob in range(ds.shape[0]):
+                g = _row(dout, b, ob * L, n)
+                if ti.static(kind != 0):
+                    g = dz_v(g, _row(out, b, ob * L, n), kind)
+                ds[ob, b] = g
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
+    for ob in range(ds.shape[0]):  # the bias gradient: each strip summed along itself, in cache from above
+        db = V(0.0)
+        for b in range(n_b):
+            db += ds[ob, b]
+        for l in range(ti.min(L, n - ob * L)):
+            dparams[b_off + ob * L + l] = db[l]
+
+
+@sized(lambda xp, x, *_: 2 * n_elems(x))
+def stage_panels(xp: VA2, x: F2, y: F2, kind: ti.template()):
+    # xp: (ceil(B / 16), N) 16-wide vectors, xp[mb, k][l] = g[mb*16 + l, k] (the last row repeated past B)
+    # g = x for kind 0 (y unread), else the pre-activation gradient x * act'(y): x = dout, y = the forward output
     m_n = x.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for mb in range(xp.shape[0]):
         for k in range(xp.shape[1]):
-            xp[mb, k] = V([x[ti.min(mb * L + l, m_n - 1), k] for l in ti.static(range(L))])
+            g = V([x[ti.min(mb * L + l, m_n - 1), k] for l in ti.static(range(L))])
+            if ti.static(kind != 0):
+                g = dz_v(g, V([y[ti.min(mb * L + l, m_n - 1), k] for l in ti.static(range(L))]), kind)
+            xp[mb, k] = g
 
 
 @ti.func
-def _tile(a: ti.template(), a_rows: ti.template(), b: ti.template(), mb, nb, k_n):
-    """The 16x16 tile (mb, nb) of A @ B, summed over k < k_n: A's 16 rows at column k are ``a[mb, k]`` (or
-    ``a[k, mb]`` where ``a_rows``: dout's rows serve as the panels of dout^T), B's 16 columns ``b[k, nb]``."""
+def _tile(a: ti.template(), b: ti.template(), mb, nb, k_n):
+    """The 16x16 tile (mb, nb) of A @ B, summed over k < k_n: A's 16 rows at column k are the panel vector
+    ``a[mb, k]``, B's 16 columns at row k the strip vector ``b[nb, k]``; both walks are sequential."""
     acc = [V(0.0) for _ in ti.static(range(TM))]
     for k in range(k_n):
-        av = a[k, mb] if ti.static(a_rows) else a[mb, k]
-        bv = b[k, nb]
+        av = a[mb, k]
+        bv = b[nb, k]
         for i in ti.static(range(TM)):
             acc[i] += av[i] * bv
     return acc
 
 
+@ti.func
+def _store_act(out: ti.template(), acc: ti.template(), bias, m0, n0, kind: ti.template()):
+    """A forward tile into out (rows m0.., columns n0..), act(acc + bias) on whole vectors, only what exists."""
+    m_n, n_n = out.shape[0], out.shape[1]
+    for i in ti.static(range(TM)):  # (loops over j, not unrolled stores: a quarter of the machine code)
+        if m0 + i < m_n:
+            y = act_v(acc[i] + bias, kind)
+            for j in range(ti.min(L, n_n - n0)):
+                out[m0 + i, n0 + j] = y[j]
+
+
+@ti.func
+def _bias(params: ti.template(), b_off, n0, n_n):
+    return V([params[b_off + ti.min(n0 + l, n_n - 1)] for l in ti.static(range(L))])
+
+
 @sized(lambda out, xp, *_: n_elems(out) * xp.shape[1] // 40)
-def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, b_off: ti.i32):
-    # out: (B, OUT) f32 = inp @ W^T + b   xp: inp as panels (stage_panels)   wt: (IN, OUTB + 1) transposed W
+def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, b_off: ti.i32, kind: ti.template()):
+    # out: (B, OUT) f32 = act(inp @ W^T + b)   xp: inp as panels (stage_panels)   wt: W's panels (weight_panels)
     # params[b_off:]: b (OUT,)
-    m_n, n_n, k_n = out.shape[0], out.shape[1], xp.shape[1]
-    mt, nt = xp.shape[0], (n_n + L - 1) // L
+    n_n, k_n = out.shape[1], xp.shape[1]
+    mt, nt = xp.shape[0], wt.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for nb in range(nt):
-        # A task takes 16 columns of wt for every row of the batch: the strip is read from memory once, into
+        # A task takes 16 columns of W^T for every row of the batch: the strip is read from memory once, into
         # one core's cache (tasks of single tiles had both cores fetch each strip: no speed-up at batch 64).
+        bias = _bias(params, b_off, nb * L, n_n)
         for mb in range(mt):
-            acc = _tile(xp, False, wt, mb, nb, k_n)
-            m0, n0 = mb * TM, nb * L
-            for i in ti.static(range(TM)):  # (loops over j, not unrolled stores: a quarter of the machine code)
-                if m0 + i < m_n:
-                    for j in range(ti.min(L, n_n - n0)):
-                        out[m0 + i, n0 + j] = acc[i][j] + params[b_off + n0 + j]
+            _store_act(out, _tile(xp, wt, mb, nb, k_n), bias, mb * TM, nb * L, kind)
 
 
 @ti.func
@@ -159,39 +259,32 @@ def _bias_grad(dparams: ti.template(), dout: ti.template(), b_off):
         dparams[b_off + m] = acc
 
 
-@sized(lambda dparams, dout, dv, xv, w_off, b_off, n_n: n_elems(dout) * n_n // 40)
-def linear_dweight_cpu(dparams: F1, dout: F2, dv: VA2, xv: VA2, w_off: ti.i32, b_off: ti.i32, n_n: ti.i32):
-    # dparams[w_off:]: dW (OUT, IN) = dout^T @ inp   dparams[b_off:]: db (OUT,) = column sums of dout
-    # dout: (B, OUT) f32   dv: dout's rows as vectors, xv: the layer input's (stage_rows); n_n = IN
-    k_n, m_n = dout.shape[0], dout.shape[1]
-    mt, nt = (m_n + L - 1) // L, (n_n + L - 1) // L
+@sized(lambda dparams, ds, xs, w_off, m_n, n_n: ds.shape[1] * m_n * n_n // 40)
+def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, w_off: ti.i32, m_n: ti.i32, n_n: ti.i32):
+    # dparams[w_off:]: dW (OUT, IN) = dz^T @ inp   ds: dz's strips (stage_dz)   xs: the layer input's strips
+    # (stage_strips); m_n = OUT, n_n = IN. (The bias gradient comes with stage_dz.)
+    k_n, mt, nt = ds.shape[1], ds.shape[0], xs.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
-        mb, nb = t % mt, t // mt
-        acc = _tile(dv, True, xv, mb, nb, k_n)
-        m0, n0 = mb * TM, nb * L
-        _store_dweight(dparams, acc, w_off, m0, n0, m_n, n_n)
-    _bias_grad(dparams, dout, b_off)
+        mb, nb = t % mt, t // mt  # consecutive tasks share the input strip
+        _store_dweight(dparams, _tile(ds, xs, mb, nb, k_n), w_off, mb * TM, nb * L, m_n, n_n)
 
 
 @sized(lambda out, inp, *_: n_elems(out) * inp.shape[1] // 20)
 def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i32):
-    # As linear_forward_cpu, with A's scalars read from inp itself (see ``staging_pays``)
+    # As linear_forward_cpu with no activation, A's scalars read from inp itself (see ``staging_pays``)
     m_n, n_n, k_n = out.shape[0], out.shape[1], inp.shape[1]
-    mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
+    mt, nt = (m_n + TM - 1) // TM, wt.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
         mb, nb = t % mt, t // mt
         m0, n0 = mb * TM, nb * L
         acc = [V(0.0) for _ in ti.static(range(TM))]
         for k in range(k_n):
-            bv = wt[k, nb]
+            bv = wt[nb, k]
             for i in ti.static(range(TM)):
                 acc[i] += inp[ti.min(m0 + i, m_n - 1), k] * bv
-        for i in ti.static(range(TM)):
-            if m0 + i < m_n:
-                for j in range(ti.min(L, n_n - n0)):
-                    out[m0 + i, n0 + j] = acc[i][j] + params[b_off + n0 + j]
+        _store_act(out, acc, _bias(params, b_off, n0, n_n), m0, n0, 0)
 
 
 @sized(lambda dparams, dout, inp, *_: n_elems(dout) * inp.shape[1] // 20)
@@ -213,13 +306,13 @@ def linear_dweight_cpu_direct(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_o
 
 @sized(lambda dinp, dp, wv: n_elems(dinp) * dp.shape[1] // 40)
 def linear_dinput_cpu(dinp: F2, dp: VA2, wv: VA2):
-    # dinp: (B, IN) f32 = dout @ W   dp: dout as panels (stage_panels)   wv: W's rows as vectors (stage_rows_of)
+    # dinp: (B, IN) f32 = dz @ W   dp: dz as panels (stage_panels)   wv: W's strips (weight_strips)
     m_n, n_n, k_n = dinp.shape[0], dinp.shape[1], dp.shape[1]
-    mt, nt = dp.shape[0], (n_n + L - 1) // L
+    mt, nt = dp.shape[0], wv.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
         mb, nb = t // nt, t % nt  # along the rows of dinp: its writes are most of the traffic when OUT is small
-        acc = _tile(dp, False, wv, mb, nb, k_n)
+        acc = _tile(dp, wv, mb, nb, k_n)
         m0, n0 = mb * TM, nb * L
         for i in ti.static(range(TM)):
             if m0 + i < m_n:

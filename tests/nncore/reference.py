@@ -19,7 +19,8 @@ def relu(x):
 
 
 def sigmoid(x):
-    return 0.5 * (1 + np.tanh(0.5 * x))  # exact identity, no overflow
+    e = np.exp(-np.abs(x))  # no overflow, and no cancellation where it saturates (1 + tanh would lose 1 - s)
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
 def conv2d(x, w, b, stride, pad):

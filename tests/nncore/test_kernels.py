@@ -64,29 +64,30 @@ def test_linear_cpu_gemm(rng, cpu, b, n_in, n_out):
     params = np.concatenate([[7.0, -3.0], w.ravel(), bias])
     w_off, b_off = 2, 2 + w.size
     vec = lambda shape: runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=shape)  # noqa: E731
-    wt = vec(KG.wt_shape(n_in, n_out))
+    wt = vec(KG.panels_shape(n_out, n_in))
     wt.from_numpy(np.full(wt.shape + (KG.L,), np.nan, np.float32))  # every lane the kernels read gets written
-    KG.transpose_weight(wt, nd(params), w_off, n_out)
-    got_wt = wt.to_numpy()[:, :-1].reshape(n_in, -1)
-    assert np.array_equal(got_wt[:, :n_out], w.T.astype(np.float32)) and np.all(got_wt[:, n_out:] == 0.0)
+    KG.weight_panels(wt, nd(params), w_off, n_out)
+    got_wt = wt.to_numpy().transpose(0, 2, 1).reshape(-1, n_in)  # (16 * ceil(OUT / 16), IN): W, zero rows past OUT
+    assert np.array_equal(got_wt[:n_out], w.astype(np.float32)) and np.all(got_wt[n_out:] == 0.0)
     xp = vec(KG.panels_shape(b, n_in))
-    KG.stage_panels(xp, nd(x))
+    KG.stage_panels(xp, nd(x), nd(x), 0)
     panels = xp.to_numpy().transpose(0, 2, 1).reshape(-1, n_in)  # (16 * ceil(b / 16), IN)
     assert np.array_equal(panels[:b], x.astype(np.float32)) and np.all(panels[b:] == panels[b - 1])
     out = nans(b, n_out)
-    KG.linear_forward_cpu(out, xp, wt, nd(params), b_off)
+    KG.linear_forward_cpu(out, xp, wt, nd(params), b_off, 0)
     assert rel_err(out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
-    xv, dv = vec(KG.rows_shape(b, n_in)), vec(KG.rows_shape(b, n_out))
-    KG.stage_rows(xv, nd(x))
-    KG.stage_rows(dv, nd(dout))
-    staged = xv.to_numpy().reshape(b, -1)
-    assert np.array_equal(staged[:, :n_in], x.astype(np.float32)) and np.all(staged[:, n_in:] == 0.0)
+    xs, ds = vec(KG.strips_shape(b, n_in)), vec(KG.strips_shape(b, n_out))
+    xs.from_numpy(np.full(xs.shape + (KG.L,), np.nan, np.float32))
+    KG.stage_strips(xs, nd(x))
+    strips = xs.to_numpy().transpose(1, 0, 2).reshape(b, -1)  # (b, 16 * ceil(IN / 16))
+    assert np.array_equal(strips[:, :n_in], x.astype(np.float32)) and np.all(strips[:, n_in:] == 0.0)
     dparams, dinp = nd(np.full(params.size, 9.0)), nans(b, n_in)
-    KG.linear_dweight_cpu(dparams, nd(dout), dv, xv, w_off, b_off, n_in)
-    dp, wv = vec(KG.panels_shape(b, n_out)), vec(KG.rows_shape(n_out, n_in))
-    KG.stage_panels(dp, nd(dout))
-    KG.stage_rows_of(wv, nd(params), w_off, n_in)
-    assert np.array_equal(wv.to_numpy().reshape(n_out, -1)[:, :n_in], w.astype(np.float32))
+    KG.stage_dz(ds, dparams, nd(dout), nd(dout), b_off, 0)
+    KG.linear_dweight_cpu(dparams, ds, xs, w_off, n_out, n_in)
+    dp, wv = vec(KG.panels_shape(b, n_out)), vec(KG.strips_shape(n_out, n_in))
+    KG.stage_panels(dp, nd(dout), nd(dout), 0)
+    KG.weight_strips(wv, nd(params), w_off, n_in)
+    assert np.array_equal(wv.to_numpy().transpose(1, 0, 2).reshape(n_out, -1)[:, :n_in], w.astype(np.float32))
     KG.linear_dinput_cpu(dinp, dp, wv)
     dx, dw, db = R.linear_grads(x, w, dout)
     # The direct kernels (layers of few outputs), outputs poisoned so that a skipped element shows.
@@ -100,6 +101,47 @@ def test_linear_cpu_gemm(rng, cpu, b, n_in, n_out):
     got = dparams.to_numpy()
     assert rel_err(got[w_off:b_off].reshape(w.shape), dw) < BWD_TOL
     assert rel_err(got[b_off:], db) < BWD_TOL and np.all(got[:2] == 9.0)
+    assert rel_err(dinp.to_numpy(), dx) < BWD_TOL
+
+
+@pytest.mark.parametrize("kind,act,dact", [(1, R.relu, lambda y: (y > 0).astype(float)),
+                                           (2, R.sigmoid, lambda y: y * (1 - y)), (3, np.tanh, lambda y: 1 - y * y)])
+@pytest.mark.parametrize("b,n_in,n_out", [(5, 37, 33), (40, 129, 67), (17, 16, 48)])
+def test_linear_cpu_gemm_fused_activation(rng, cpu, kind, act, dact, b, n_in, n_out):
+    """The CPU products with the activation in the forward's epilogue (vector exp for Sigmoid and Tanh) and its
+    derivative in backward's staging, against float64: pre-activations spread over +-40, so the exp runs over
+    its whole range, including where the sigmoid saturates."""
+    x, w = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in)) * 8 / np.sqrt(n_in))
+    bias, g = f32(rng.normal(size=n_out)), f32(rng.normal(size=(b, n_out)))
+    params = np.concatenate([w.ravel(), bias])
+    z = R.linear(x, w, bias)
+    assert np.abs(z).max() > 15 and np.abs(z).min() > 1e-4  # saturated values; none on ReLU's kink
+    vec = lambda shape: runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=shape)  # noqa: E731
+    wt, xp = vec(KG.panels_shape(n_out, n_in)), vec(KG.panels_shape(b, n_in))
+    KG.weight_panels(wt, nd(params), 0, n_out)
+    KG.stage_panels(xp, nd(x), nd(x), 0)
+    out = nans(b, n_out)
+    KG.linear_forward_cpu(out, xp, wt, nd(params), w.size, 0)
+    z32 = out.to_numpy().astype(np.float64)  # the same sums, before the activation
+    KG.linear_forward_cpu(out, xp, wt, nd(params), w.size, kind)
+    y = out.to_numpy()
+    assert rel_err(y, act(z)) < FWD_TOL
+    # The activation alone, element by element, tiny and saturated values too: within 4e-6 (the argument
+    # reduction of e^x rounds n * ln2 to float32: 1.5e-6 relative at x = -34; near 0 a few ulps).
+    assert np.max(np.abs(y - act(z32)) / np.maximum(np.abs(act(z32)), 1e-30)) < 4e-6
+    dz = g * dact(y.astype(np.float64))
+    xs, ds, dp, wv = (vec(KG.strips_shape(b, n_in)), vec(KG.strips_shape(b, n_out)), vec(KG.panels_shape(b, n_out)),
+                      vec(KG.strips_shape(n_out, n_in)))
+    dparams, dinp = nans(params.size), nans(b, n_in)
+    KG.stage_dz(ds, dparams, nd(g), out, w.size, kind)
+    KG.stage_strips(xs, nd(x))
+    KG.linear_dweight_cpu(dparams, ds, xs, 0, n_out, n_in)
+    KG.stage_panels(dp, nd(g), out, kind)
+    KG.weight_strips(wv, nd(params), 0, n_in)
+    KG.linear_dinput_cpu(dinp, dp, wv)
+    dx, dw, db = R.linear_grads(x, w, dz)
+    got = dparams.to_numpy()
+    assert rel_err(got[:w.size].reshape(w.shape), dw) < BWD_TOL and rel_err(got[w.size:], db) < BWD_TOL
     assert rel_err(dinp.to_numpy(), dx) < BWD_TOL
 
 
