@@ -5,9 +5,11 @@
 Prints, each the median of N timed runs after a warm-up:
 - NumPy's BLAS: float32 GEMM 2048^3 (what a vendor library reaches);
 - memory bandwidth: np.copyto of 64 MiB (read + write);
-- Taichi's arithmetic ceiling: 12 independent chains of 16-wide FMAs in registers, no memory traffic;
+- Taichi's arithmetic ceiling: 12 independent chains of 16-wide FMAs in registers, no memory traffic (the
+  median, and the range over the runs);
 - nncore's Linear forward product at net-1h's size (256 x 784 -> 1024), both operands staged as vectors
-  (the kernel the network runs) and with A read directly (the kernel for layers of few outputs),
+  (the kernel the network runs) and with A read directly (the kernel for layers of few outputs), and its
+  weight-gradient product (staged),
 on cpu-serial and on cpu-parallel.
 """
 import argparse
@@ -63,9 +65,18 @@ def taichi_rows(arch: str, repeats: int) -> list[tuple[str, str]]:
 
     out = ti.Vector.ndarray(16, ti.f32, shape=(64,))
     n = 100_000
-    t = median_s(lambda: fma_chains(out, n), repeats, ti.sync)
+    fma_chains(out, n)
+    ti.sync()
+    rates = []
+    for _ in range(max(repeats, 9)):
+        t0 = time.perf_counter()
+        fma_chains(out, n)
+        ti.sync()
+        rates.append(64 * n * 12 * 16 * 2 / (time.perf_counter() - t0) / 1e9)
+    # The spread matters on a VM: on the development machine the two threads' ceiling moved between ~100 and
+    # ~200 GFLOP/s from one 0.1 s run to the next (the second vCPU at times adds nothing).
     rows = [(f"Taichi FMA ceiling, {arch} ({info.threads} thread{'s' if info.threads > 1 else ''})",
-             f"{64 * n * 12 * 16 * 2 / t / 1e9:.0f} GFLOP/s")]
+             f"{statistics.median(rates):.0f} GFLOP/s (runs: {min(rates):.0f}-{max(rates):.0f})")]
 
     m, k, n_out = 256, 784, 1024
     rng = np.random.default_rng(0)
@@ -74,18 +85,29 @@ def taichi_rows(arch: str, repeats: int) -> list[tuple[str, str]]:
     params = ti.ndarray(ti.f32, (n_out * k + n_out,))
     params.from_numpy(rng.normal(size=n_out * k + n_out).astype(np.float32))
     out2 = ti.ndarray(ti.f32, (m, n_out))
-    wt = ti.Vector.ndarray(16, ti.f32, shape=G.wt_shape(k, n_out))
+    wt = ti.Vector.ndarray(16, ti.f32, shape=G.panels_shape(n_out, k))
     xp = ti.Vector.ndarray(16, ti.f32, shape=G.panels_shape(m, k))
-    G.transpose_weight(wt, params, 0, n_out)
-    G.stage_panels(xp, inp)
+    G.weight_panels(wt, params, 0, n_out)
+    G.stage_panels(xp, inp, inp, 0)
     flops = 2 * m * k * n_out
-    staged = median_s(lambda: G.linear_forward_cpu(out2, xp, wt, params, n_out * k), repeats, ti.sync)
+    staged = median_s(lambda: G.linear_forward_cpu(out2, xp, wt, params, n_out * k, 0), repeats, ti.sync)
     direct = median_s(lambda: G.linear_forward_cpu_direct(out2, inp, wt, params, n_out * k), repeats, ti.sync)
-    stage = median_s(lambda: (G.transpose_weight(wt, params, 0, n_out), G.stage_panels(xp, inp)), repeats,
+    stage = median_s(lambda: (G.weight_panels(wt, params, 0, n_out), G.stage_panels(xp, inp, inp, 0)), repeats,
                      ti.sync)
+    # The weight gradient dW = dout^T @ inp (1024 x 784, summed over the batch of 256).
+    xs = ti.Vector.ndarray(16, ti.f32, shape=G.strips_shape(m, k))
+    ds = ti.Vector.ndarray(16, ti.f32, shape=G.strips_shape(m, n_out))
+    dparams = ti.ndarray(ti.f32, (n_out * k + n_out,))
+    G.stage_dz(ds, dparams, out2, out2, n_out * k, 0)
+    G.stage_strips(xs, inp)
+    dweight = median_s(lambda: G.linear_dweight_cpu(dparams, ds, xs, 0, n_out, k), repeats, ti.sync)
+    dstage = median_s(lambda: (G.stage_dz(ds, dparams, out2, out2, n_out * k, 0), G.stage_strips(xs, inp)),
+                      repeats, ti.sync)
     rows += [(f"Linear forward 256x784x1024, operands staged, {arch}",
               f"{flops / staged / 1e9:.0f} GFLOP/s (+{stage * 1e3:.2f} ms staging)"),
-             (f"Linear forward 256x784x1024, A read directly, {arch}", f"{flops / direct / 1e9:.0f} GFLOP/s")]
+             (f"Linear forward 256x784x1024, A read directly, {arch}", f"{flops / direct / 1e9:.0f} GFLOP/s"),
+             (f"Linear weight gradient 1024x784 over 256, staged, {arch}",
+              f"{flops / dweight / 1e9:.0f} GFLOP/s (+{dstage * 1e3:.2f} ms staging and bias gradient)")]
     return rows
 
 
