@@ -143,11 +143,11 @@ class Linear(Layer):
         staged kernels (``K_gemm.staging_pays``)."""
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if "wt" in scratch:
-            K_gemm.weight_panels(scratch["wt"], params, w_off, self.out_features)
             if "xp" in scratch:
                 K_gemm.stage_panels(scratch["xp"], inp, inp, 0)
-                K_gemm.linear_forward_cpu(out, scratch["xp"], scratch["wt"], params, b_off, kind)
+                K_gemm.linear_forward_cpu(out, scratch["xp"], scratch["wt"], params, w_off, b_off, kind)
             else:
+                K_gemm.weight_panels(scratch["wt"], params, w_off, self.out_features)
                 K_gemm.linear_forward_cpu_direct(out, inp, scratch["wt"], params, b_off)
         else:
             K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, partial=scratch.get("partial"))

@@ -15,7 +15,7 @@ sequentially through memory:
 
 Staging per product (all O(size of an operand), against the product's O(M*N*K)):
 - forward, out = act(inp @ W^T + b): A = inp as panels (``stage_panels``), B = W^T as strips, which are W's
-  panels (``weight_panels``, refreshed from the parameters before each forward);
+  panels (packed from the parameters by the forward's own tasks, or by ``weight_panels`` for the direct one);
 - weight gradient, dW = dz^T @ inp with dz = dout * act'(out): A = dz^T, whose panels are dz's strips
   (``stage_dz``, which also sums the bias gradient), B = inp as strips (``stage_strips``);
 - input gradient, dinp = dz @ W: A = dz as panels (``stage_panels`` with the activation), B = W as strips
@@ -116,19 +116,23 @@ def _row(x: ti.template(), k, n0, n):
     return v
 
 
+@ti.func
+def _pack_weight_panel(wt: ti.template(), params: ti.template(), w_off, ob, n_out):
+    """wt[ob, :] = W's rows ob*16..ob*16+15 side by side (zero past OUT): one panel of ``weight_panels``."""
+    n_in = wt.shape[1]
+    live = VI([ob * L + l for l in ti.static(range(L))]) < n_out
+    for i in range(n_in):
+        col = V([params[w_off + ti.min(ob * L + l, n_out - 1) * n_in + i] for l in ti.static(range(L))])
+        wt[ob, i] = ti.select(live, col, 0.0)
+
+
 @sized(lambda wt, params, w_off, n_out: 2 * wt.shape[1] * n_out)
 def weight_panels(wt: VA2, params: F1, w_off: ti.i32, n_out: ti.i32):
     # wt: (ceil(OUT / 16), IN) 16-wide vectors, wt[ob, i][l] = W[ob*16 + l, i] (zero past OUT): W^T's strips
-    # params[w_off:]: W (OUT, IN). A task fills 16 vectors: it walks 16 rows of W side by side, so each cache
-    # line of W it loads serves 16 consecutive vectors of wt.
-    n_ob, n_in = wt.shape[0], wt.shape[1]
+    # params[w_off:]: W (OUT, IN). (For the direct forward; the staged one packs its own panels.)
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for t in range(n_ob * ((n_in + L - 1) // L)):
-        ob, i0 = t % n_ob, (t // n_ob) * L
-        live = VI([ob * L + l for l in ti.static(range(L))]) < n_out
-        for i in range(i0, ti.min(i0 + L, n_in)):
-            col = V([params[w_off + ti.min(ob * L + l, n_out - 1) * n_in + i] for l in ti.static(range(L))])
-            wt[ob, i] = ti.select(live, col, 0.0)
+    for ob in range(wt.shape[0]):
+        _pack_weight_panel(wt, params, w_off, ob, n_out)
 
 
 @sized(lambda wv, params, w_off, n: 2 * wv.shape[1] * n)
@@ -225,15 +229,18 @@ def _bias(params: ti.template(), b_off, n0, n_n):
 
 
 @sized(lambda out, xp, *_: n_elems(out) * xp.shape[1] // 40)
-def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, b_off: ti.i32, kind: ti.template()):
-    # out: (B, OUT) f32 = act(inp @ W^T + b)   xp: inp as panels (stage_panels)   wt: W's panels (weight_panels)
-    # params[b_off:]: b (OUT,)
+def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_off: ti.i32, kind: ti.template()):
+    # out: (B, OUT) f32 = act(inp @ W^T + b)   xp: inp as panels (stage_panels)   wt: scratch for W's panels
+    # (weight_panels' layout, filled here)   params[w_off:]: W (OUT, IN)   params[b_off:]: b (OUT,)
     n_n, k_n = out.shape[1], xp.shape[1]
     mt, nt = xp.shape[0], wt.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for nb in range(nt):
-        # A task takes 16 columns of W^T for every row of the batch: the strip is read from memory once, into
-        # one core's cache (tasks of single tiles had both cores fetch each strip: no speed-up at batch 64).
+        # A task takes 16 columns of W^T for every row of the batch: it packs them itself, so the panel (50 KiB
+        # at IN = 784) is still in its core's cache for the 16 tiles that read it (a separate packing kernel
+        # wrote all of W's panels out to memory first: 0.4-0.5 ms a step at net-1h's size), and it reads it
+        # from there once for the whole batch (tasks of single tiles had both cores fetch each panel).
+        _pack_weight_panel(wt, params, w_off, nb, n_n)
         bias = _bias(params, b_off, nb * L, n_n)
         for mb in range(mt):
             _store_act(out, _tile(xp, wt, mb, nb, k_n), bias, mb * TM, nb * L, kind)

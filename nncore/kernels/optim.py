@@ -15,7 +15,7 @@ def sgd_step(params: F1, velocity: F1, grads: F1, lr: ti.f32, momentum: ti.f32, 
     # params, velocity, grads: (P,) f32; velocity starts at zero, which makes step 1 equal PyTorch's clone(g).
     # Without momentum the velocity is neither read nor written (as PyTorch keeps no buffer then): the step is
     # memory-bound, and that is 12 bytes per parameter instead of 20.
-    ti.loop_config(serialize=runtime.serial)
+    ti.loop_config(block_dim=runtime.stream_block, serialize=runtime.serial)
     for i in params:
         g = grads[i] + weight_decay * params[i]
         if ti.static(use_momentum):
@@ -28,7 +28,7 @@ def sgd_step(params: F1, velocity: F1, grads: F1, lr: ti.f32, momentum: ti.f32, 
 def adam_step(params: F1, m: F1, v: F1, grads: F1, lr: ti.f32, beta1: ti.f32, beta2: ti.f32, eps: ti.f32,
               weight_decay: ti.f32, bias_c1: ti.f32, sqrt_bias_c2: ti.f32):
     # params, m, v, grads: (P,) f32; bias_c1 = 1 - beta1**t and sqrt_bias_c2 = sqrt(1 - beta2**t), from the host
-    ti.loop_config(serialize=runtime.serial)
+    ti.loop_config(block_dim=runtime.stream_block, serialize=runtime.serial)
     for i in params:
         g = grads[i] + weight_decay * params[i]
         mi = beta1 * m[i] + (1.0 - beta1) * g

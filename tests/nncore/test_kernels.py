@@ -74,7 +74,9 @@ def test_linear_cpu_gemm(rng, cpu, b, n_in, n_out):
     panels = xp.to_numpy().transpose(0, 2, 1).reshape(-1, n_in)  # (16 * ceil(b / 16), IN)
     assert np.array_equal(panels[:b], x.astype(np.float32)) and np.all(panels[b:] == panels[b - 1])
     out = nans(b, n_out)
-    KG.linear_forward_cpu(out, xp, wt, nd(params), b_off, 0)
+    wt.from_numpy(np.full(wt.shape + (KG.L,), np.nan, np.float32))  # the staged forward packs W's panels itself
+    KG.linear_forward_cpu(out, xp, wt, nd(params), w_off, b_off, 0)
+    assert np.array_equal(wt.to_numpy().transpose(0, 2, 1).reshape(-1, n_in), got_wt)
     assert rel_err(out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
     xs, ds = vec(KG.strips_shape(b, n_in)), vec(KG.strips_shape(b, n_out))
     xs.from_numpy(np.full(xs.shape + (KG.L,), np.nan, np.float32))
@@ -118,12 +120,11 @@ def test_linear_cpu_gemm_fused_activation(rng, cpu, kind, act, dact, b, n_in, n_
     assert np.abs(z).max() > 15 and np.abs(z).min() > 1e-4  # saturated values; none on ReLU's kink
     vec = lambda shape: runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=shape)  # noqa: E731
     wt, xp = vec(KG.panels_shape(n_out, n_in)), vec(KG.panels_shape(b, n_in))
-    KG.weight_panels(wt, nd(params), 0, n_out)
     KG.stage_panels(xp, nd(x), nd(x), 0)
     out = nans(b, n_out)
-    KG.linear_forward_cpu(out, xp, wt, nd(params), w.size, 0)
+    KG.linear_forward_cpu(out, xp, wt, nd(params), 0, w.size, 0)
     z32 = out.to_numpy().astype(np.float64)  # the same sums, before the activation
-    KG.linear_forward_cpu(out, xp, wt, nd(params), w.size, kind)
+    KG.linear_forward_cpu(out, xp, wt, nd(params), 0, w.size, kind)
     y = out.to_numpy()
     assert rel_err(y, act(z)) < FWD_TOL
     # The activation alone, element by element, tiny and saturated values too: within 4e-6 (the argument
