@@ -1,0 +1,44 @@
+"""`layerlab bench` and its script form, benchmarks/bench.py, as a user runs them: the JSON's numbers agree with
+each other, the per-layer breakdown names the network's parts, bad options give one-line errors."""
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_cli import layerlab, one_line_error
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench.py"
+
+
+def test_bench_script_json_is_consistent(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--workloads", "net-1h", "--batch", "17,33", "--steps", "3",
+                           "--repeats", "3", "--warmup", "2", "--no-torch", "--json", "-", "--arch", "cpu-serial"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)
+    assert [(r["workload"], r["batch"]) for r in results] == [("net-1h", 17), ("net-1h", 33)]
+    flops = []
+    for r in results:
+        assert r["arch"] == "cpu-serial" and r["threads"] == 1 and r["steps"] == 3 and r["repeats"] == 3
+        assert len(r["runs"]) == 3 and r["samples_per_s"] == pytest.approx(statistics.median(r["runs"]))
+        assert r["ms_per_step"] == pytest.approx(1e3 * r["batch"] / r["samples_per_s"])
+        assert r["compile_s"] > 0 and r["torch_samples_per_s"] is None and r["ratio"] is None
+        # net-1h (Flatten, 784-1024 Linear+Sigmoid fused, 1024-10 Linear, Sigmoid): the parts, whose shares add up
+        names = [t["name"] for t in r["layers"]]
+        assert {"layers 1-2 (Linear+Sigmoid)", "layer 3 (Linear)", "layer 4 (Sigmoid)", "optimizer"} <= set(names)
+        assert sum(t["share"] for t in r["layers"]) == pytest.approx(1.0, abs=0.02)
+        flops.append(r["gflops"] * r["ms_per_step"] / r["batch"])  # FLOPs per sample: the same at both sizes
+    per_sample = 2 * 784 * 1024 * 2 + 2 * 1024 * 10 * 3  # the products: forward + weight gradient (+ input grad)
+    assert flops[0] == pytest.approx(flops[1], rel=1e-3)
+    assert per_sample * 1e-6 < flops[0] < per_sample * 1.05e-6  # GFLOP/s * ms / sample = MFLOP per sample
+
+
+@pytest.mark.parametrize("args,needle", [(["--batch", "0"], "--batch"), (["--workloads", "net-3h"], "net-3h"),
+                                         (["--steps", "0"], "--steps")])
+def test_bench_bad_options_are_one_line_errors(args, needle):
+    proc = layerlab("bench", "--no-torch", *args)
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, needle)
