@@ -3,11 +3,11 @@
 A part is one layer, or a run of layers executed together. A Linear followed by ReLU, Sigmoid or Tanh runs as
 one part: on CUDA one kernel each way, which halves the launches of an MLP step; on the CPU the activation runs
 in the product's epilogue and its derivative in backward's staging (for Linears of 32 outputs or more, which
-stage their operands). Conv2D -> ReLU -> MaxPool2D, where the
-conv needs no input gradient, runs as one fused part: on the CPU the ReLU output is never written (ReLU and
-pooling are one pass over the conv output that keeps each window's winner); on CUDA the conv output is not
-written either (one kernel computes each window's winner), and backward sums the weight gradient over the
-winners only. Backward needs neither the ReLU nor the pooling layer's own kernels.
+stage their operands). Conv2D -> ReLU -> MaxPool2D, where the conv needs no input gradient, runs as one fused
+part: on the CPU the ReLU output is never written (ReLU and pooling are one pass over the conv output that keeps
+each window's winner); on CUDA the conv output is not written either (one kernel computes each window's
+winner), and backward sums the weight gradient over the winners only. Backward needs neither the ReLU nor the
+pooling layer's own kernels.
 Per-layer timings are reported per part: a fused part is named after all of its layers.
 """
 from __future__ import annotations
