@@ -40,7 +40,8 @@ coarse_block: int | None = 1
 # optimizers): on the CPU each task then streams 64 KiB runs, which the prefetcher follows; with CPU_TASK-sized
 # tasks the two threads took turns on 2 KiB pieces and SGD over net-1h's 814k parameters took 1.0-1.4 ms
 # instead of 0.8 on two threads. None on CUDA.
-stream_block: int | None = 16384
+STREAM_TASK = 16384
+stream_block: int | None = STREAM_TASK
 # ``serialize=runtime.serial`` in the same ``ti.loop_config``: True on a one-thread CPU runtime, where a parallel
 # loop would still be handed to Taichi's thread pool (one worker thread) and the caller would wait for it: a
 # wake-up and a wait cost about 75 us per loop on the development machine, against 15 us for a whole launch of
@@ -249,7 +250,7 @@ def init(arch: str = "cpu-parallel", threads: int | None = None) -> RuntimeInfo:
         raise BackendUnavailable(f"cuda is unavailable: Taichi fell back to {in_use.name}")
     _generation += 1
     coarse_block, serial = block, n_threads == 1
-    stream_block = None if block is None else 16384
+    stream_block = None if block is None else STREAM_TASK
     _owner_thread = threading.get_ident()
     _current = RuntimeInfo(arch, n_threads, status.device, _generation)
     return _current

@@ -3,9 +3,7 @@ import taichi as ti
 
 from .. import runtime
 from . import F2, I1, n_elems, on_cpu, sized
-
-
-V = ti.types.vector(16, ti.f32)
+from .gemm_cpu import V
 
 
 @sized(lambda out, *_: 2 * n_elems(out))
