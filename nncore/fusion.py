@@ -4,9 +4,9 @@ A part is one layer, or a run of layers executed together. A Linear followed by 
 one part: on CUDA one kernel each way, which halves the launches of an MLP step; on the CPU the activation runs
 in the product's epilogue and its derivative in backward's staging (for Linears of 32 outputs or more, which
 stage their operands). Conv2D -> ReLU -> MaxPool2D, where the conv needs no input gradient, runs as one fused
-part: on the CPU the ReLU output is never written (ReLU and pooling are one pass over the conv output that keeps
-each window's winner); on CUDA the conv output is not written either (one kernel computes each window's
-winner), and backward sums the weight gradient over the winners only. Backward needs neither the ReLU nor the
+part: the conv output is never written (one kernel computes each pooling window's conv values and keeps the
+ReLU'd winner), and backward sums the weight gradient over the winners only, on the CPU vectorised over
+channels, on CUDA over samples. Backward needs neither the ReLU nor the
 pooling layer's own kernels.
 Per-layer timings are reported per part: a fused part is named after all of its layers.
 """
@@ -56,8 +56,9 @@ PARTIAL_BLOCKS = 8  # blocks of samples whose weight-gradient sums run in parall
 
 class ConvReluPool:
     """Conv2D -> ReLU -> MaxPool2D, for a conv that needs no input gradient (nothing with parameters before it):
-    a channels-last vectorised conv, ReLU and pooling in one pass that keeps the winners; backward routes the
-    pooled gradient to the winners and correlates it with the input for the weight and bias gradients."""
+    forward computes each pooling window's conv values in registers, vectorised over channels, and stores only
+    the ReLU'd winner and where it was; backward sums the weight and bias gradients over the winners
+    (nncore.kernels.conv_cpu). Neither the conv output nor its gradient is ever stored."""
 
     def __init__(self, conv: Conv2D, pool: MaxPool2D):
         self.conv, self.pool = conv, pool
@@ -65,28 +66,26 @@ class ConvReluPool:
         self.taps = conv.c * conv.kernel[0] * conv.kernel[1]
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
-        _, oh, ow = self.conv.out_shape
-        # "conv" holds the conv output in forward and its gradient in backward.
-        return {"argmax": ("i32", (batch, math.prod(self.pool.out_shape))),
-                "conv": ("v16", (batch, oh * ow, self.blocks)), "wv": ("v16", (self.taps + 1, self.blocks)),
+        c, (_, ph, pw) = self.conv, self.pool.out_shape
+        padded = c.c * (c.h + 2 * c.padding[0]) * (c.w + 2 * c.padding[1])
+        return {"argmax": ("vi16", (batch, ph * pw, self.blocks)), "wv": ("v16", (self.taps + 1, self.blocks)),
+                "xp": ("f32", (batch, padded)),
                 "part": ("v16", (min(batch, PARTIAL_BLOCKS), self.taps + 1, self.blocks))}
 
     def _geometry(self):
-        c = self.conv
-        return (c.c, c.h, c.w, *c.kernel, *c.stride, *c.padding, c.out_shape[2])
+        c, p = self.conv, self.pool
+        return (c.out_channels, c.c, c.h + 2 * c.padding[0], c.w + 2 * c.padding[1], *c.kernel, *c.stride,
+                *c.out_shape[1:], *p.kernel, *p.stride)
 
     def forward(self, out, inp, params, scratch) -> None:
         conv = self.conv
         K_cpu.pack_weights(scratch["wv"], params, conv.offsets["weight"], conv.offsets["bias"], conv.out_channels)
-        K_cpu.conv_forward_cl(scratch["conv"], inp, scratch["wv"], *self._geometry())
-        K_cpu.relu_pool_forward_cl(out, scratch["argmax"], scratch["conv"], conv.out_channels, conv.out_shape[2],
-                                   *self.pool.kernel, *self.pool.stride)
+        K_cpu.pad_input(scratch["xp"], inp, conv.c, conv.h, conv.w, *conv.padding)
+        K_cpu.conv_relu_pool_forward_cl(out, scratch["argmax"], scratch["xp"], scratch["wv"], *self._geometry())
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
-        conv, dconv = self.conv, scratch["conv"]
-        K_cpu.pool_grad_scatter_cl(dconv, dout, scratch["argmax"], conv.out_channels, conv.out_shape[2],
-                                   *self.pool.kernel, *self.pool.stride)
-        K_cpu.conv_dweight_cl(scratch["part"], dconv, inp, *self._geometry())
+        conv = self.conv
+        K_cpu.conv_relu_pool_dweight_cl(scratch["part"], dout, scratch["argmax"], scratch["xp"], *self._geometry())
         K_cpu.dweight_reduce(dparams, scratch["part"], conv.offsets["weight"], conv.offsets["bias"],
                              conv.out_channels)
 

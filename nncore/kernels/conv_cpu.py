@@ -1,10 +1,14 @@
 """CPU kernels for Conv2D -> ReLU -> MaxPool2D (the fused part of nncore.fusion), vectorised over channels.
 
-The conv output lives channels-last in 16-wide vectors, ``conv[b, y*OW + x, oc // 16]``, and the weights are
-repacked the same way, ``wv[tap, oc // 16]`` (tap = (c*KH + ky)*KW + kx; the last row holds the bias), with
-zeros for the channels past OC. Both are vector-typed ndarrays, so every access is one vector load or store:
-a conv output position costs one scalar input load and one 16-wide FMA per tap and channel block. The pooled
-output is written in the usual channel-major layout that Flatten and Linear expect.
+The weights are repacked channels-last in 16-wide vectors, ``wv[tap, oc // 16]`` (tap = (c*KH + ky)*KW + kx;
+the last row holds the bias), with zeros for the channels past OC, so a conv value for 16 channels costs one
+scalar input load and one 16-wide FMA per tap. Neither the conv output nor its gradient is ever stored:
+forward computes each pooling window's conv values in registers and keeps the ReLU'd winner; backward sums
+the weight and bias gradients over the winners. The winners are kept channels-last as 16-wide integer
+vectors, ``argmax[b, py*PW + px, oc // 16]``: the winner's flat index in the conv output of its sample,
+(oc*OH + oy)*OW + ox (MaxPool2D's own argmax over the ReLU output), or -1 where the pooled value is 0 and
+ReLU passes no gradient. The pooled output is written in the usual channel-major layout that Flatten and
+Linear expect.
 """
 import taichi as ti
 
@@ -16,6 +20,7 @@ V = ti.types.vector(L, ti.f32)
 VI = ti.types.vector(L, ti.i32)
 VA2 = ti.types.ndarray(dtype=V, ndim=2)
 VA3 = ti.types.ndarray(dtype=V, ndim=3)
+VIA3 = ti.types.ndarray(dtype=VI, ndim=3)
 
 
 @sized(lambda wv, *_: 16 * n_elems(wv))
@@ -32,118 +37,103 @@ def pack_weights(wv: VA2, params: F1, w_off: ti.i32, b_off: ti.i32, n_oc: ti.i32
         wv[tap, ob] = v
 
 
-@kernel
-def conv_forward_cl(conv: VA3, inp: F2, wv: VA2, n_c: ti.i32, h: ti.i32, w: ti.i32, kh: ti.i32, kw: ti.i32,
-                    sh: ti.i32, sw: ti.i32, ph: ti.i32, pw: ti.i32, ow_n: ti.i32):
-    # conv: (B, OH*OW, OCB) channels-last   inp: (B, C*H*W) f32   wv: (TAPS + 1, OCB) packed weights and bias
-    taps = wv.shape[0] - 1
-    oh_n = conv.shape[1] // ow_n
+@sized(lambda xp, *_: n_elems(xp))
+def pad_input(xp: F2, inp: F2, n_c: ti.i32, h: ti.i32, w: ti.i32, ph: ti.i32, pw: ti.i32):
+    # xp: (B, C*(H + 2PH)*(W + 2PW)) the input with its zero padding written out   inp: (B, C*H*W)
+    # The fused kernels then load pixels with no bounds to check (a clamp and a select per load made their
+    # unrolled bodies slow to compile and to run).
+    hp, wp = h + 2 * ph, w + 2 * pw
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for t in range(conv.shape[0] * oh_n):  # one output row per task
-        b, y = t // oh_n, t % oh_n
-        for x in range(ow_n):
-            for ob in range(conv.shape[2]):
-                acc = wv[taps, ob]
-                for c in range(n_c):
-                    for ky in range(kh):
-                        iy = y * sh - ph + ky
-                        if 0 <= iy < h:
-                            for kx in range(kw):
-                                ix = x * sw - pw + kx
-                                if 0 <= ix < w:
-                                    acc += inp[b, (c * h + iy) * w + ix] * wv[(c * kh + ky) * kw + kx, ob]
-                conv[b, y * ow_n + x, ob] = acc
+    for b in range(xp.shape[0]):
+        for c, y in ti.ndrange(n_c, hp):
+            for x in range(wp):
+                iy, ix = y - ph, x - pw
+                v = 0.0
+                if 0 <= iy < h and 0 <= ix < w:
+                    v = inp[b, (c * h + iy) * w + ix]
+                xp[b, (c * hp + y) * wp + x] = v
 
 
 @kernel
-def relu_pool_forward_cl(out: F2, argmax: I2, conv: VA3, n_oc: ti.i32, ow_n: ti.i32,
-                         qh: ti.i32, qw: ti.i32, qsh: ti.i32, qsw: ti.i32):
-    # out, argmax: (B, OC*PH*PW) channel-major; argmax = winning position y*OW + x in the channel, or -1 when the
-    # whole window is <= 0 (ReLU passes no gradient)   conv: (B, OH*OW, OCB) channels-last
-    oh_n = conv.shape[1] // ow_n
+def conv_relu_pool_forward_cl(out: F2, argmax: VIA3, xp: F2, wv: VA2, n_oc: ti.i32, n_c: ti.i32, hp: ti.i32,
+                              wp: ti.i32, kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32,
+                              oh_n: ti.i32, ow_n: ti.i32, qh: ti.template(), qw: ti.template(), qsh: ti.i32,
+                              qsw: ti.i32):
+    # out: (B, OC*PH*PW) channel-major   argmax: (B, PH*PW, OCB) winners (see the module's docstring)
+    # xp: (B, C*HP*WP) the padded input (pad_input)   wv: (TAPS + 1, OCB) packed weights and bias
+    # The kernel and window sizes are compile-time constants: a channel's taps and the window's positions
+    # unroll into independent chains of FMAs, and the window's conv values never leave registers. (Unrolling
+    # the channels too made compile times grow to minutes for 3 channels.)
+    taps = wv.shape[0] - 1
     py_n = (oh_n - qh) // qsh + 1
     px_n = (ow_n - qw) // qsw + 1
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     # One task per sample: neighbouring pooled rows of a channel share cache lines, so tasks of single rows
     # would have threads writing the same lines.
-    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for b in range(out.shape[0]):
+        lanes = VI([l for l in ti.static(range(L))])
         for py, px in ti.ndrange(py_n, px_n):
-            for ob in range(conv.shape[2]):
-                best = V(0.0)
-                arg = VI(-1)
-                for dy in range(qh):
-                    for dx in range(qw):
-                        pos = (py * qsh + dy) * ow_n + px * qsw + dx
-                        v = conv[b, pos, ob]
-                        arg = ti.select(v > best, pos, arg)
-                        best = ti.max(best, v)
+            for ob in range(argmax.shape[2]):
+                acc = [wv[taps, ob] for _ in ti.static(range(qh * qw))]
+                for c in range(n_c):
+                    for dy, dx in ti.static(ti.ndrange(qh, qw)):  # (nested: Taichi warns past 32 iterations)
+                        for ky, kx in ti.static(ti.ndrange(kh, kw)):
+                            iy, ix = (py * qsh + dy) * sh + ky, (px * qsw + dx) * sw + kx
+                            acc[dy * qw + dx] += xp[b, (c * hp + iy) * wp + ix] * wv[(c * kh + ky) * kw + kx, ob]
+                # ReLU, then the first strictly larger value wins, as in maxpool2d_forward; a window whose best
+                # is 0 keeps -1.
+                best, win = V(0.0), VI(-1)
+                first = (ob * L + lanes) * (oh_n * ow_n)  # each lane's channel's first conv position
+                for dy, dx in ti.static(ti.ndrange(qh, qw)):
+                    v = acc[dy * qw + dx]
+                    win = ti.select(v > best, first + (py * qsh + dy) * ow_n + px * qsw + dx, win)
+                    best = ti.max(best, v)
+                argmax[b, py * px_n + px, ob] = win
                 for l in ti.static(range(L)):
                     oc = ob * L + l
                     if oc < n_oc:
-                        o = (oc * py_n + py) * px_n + px
-                        out[b, o] = best[l]
-                        argmax[b, o] = arg[l]
+                        out[b, (oc * py_n + py) * px_n + px] = best[l]
 
 
 @kernel
-def pool_grad_scatter_cl(dconv: VA3, dout: F2, argmax: I2, n_oc: ti.i32, ow_n: ti.i32,
-                         qh: ti.i32, qw: ti.i32, qsh: ti.i32, qsw: ti.i32):
-    # dconv: (B, OH*OW, OCB) channels-last <- zero, then += dout at each window's winner
-    # dout, argmax: (B, OC*PH*PW). One task per sample, so overlapping windows never race; each window adds a
-    # 16-channel vector (zero in the lanes that did not win there) to every position it covers. The sample's
-    # slice is zeroed inside its task, so the additions hit cache rather than memory (zeroing the whole
-    # buffer first was a pass of its own over tens of MB).
-    oh_n = dconv.shape[1] // ow_n
+def conv_relu_pool_dweight_cl(part: VA3, dout: F2, argmax: VIA3, xp: F2, n_oc: ti.i32, n_c: ti.i32, hp: ti.i32,
+                              wp: ti.i32, kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32,
+                              oh_n: ti.i32, ow_n: ti.i32, qh: ti.template(), qw: ti.template(), qsh: ti.i32,
+                              qsw: ti.i32):
+    # part: (NBB, TAPS + 1, OCB) partial sums over blocks of samples: for every tap, the winners' gradients
+    # times the tap's input, and (last row) the gradients themselves for the bias
+    # dout: (B, OC*PH*PW) the pooled gradient   argmax: (B, PH*PW, OCB) winners   xp: (B, C*HP*WP) padded input
+    # A task sums one block of samples for one input channel's KH*KW taps and one block of 16 output channels,
+    # in registers. A window's gradient reaches its winner only (a select per window position, branch-free).
+    n_bb, n_ob = part.shape[0], argmax.shape[2]
+    n_b = argmax.shape[0]
     py_n = (oh_n - qh) // qsh + 1
     px_n = (ow_n - qw) // qsw + 1
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for b in range(dout.shape[0]):
-        for pos, ob in ti.ndrange(dconv.shape[1], dconv.shape[2]):
-            dconv[b, pos, ob] = V(0.0)
-        for ob in range(dconv.shape[2]):
-            for py in range(py_n):
-                for px in range(px_n):
-                    g, arg = V(0.0), VI(-1)
-                    for l in ti.static(range(L)):
-                        oc = ob * L + l
-                        if oc < n_oc:
-                            o = (oc * py_n + py) * px_n + px
-                            g[l] = dout[b, o]
-                            arg[l] = argmax[b, o]
-                    for dy in range(qh):
-                        for dx in range(qw):
-                            pos = (py * qsh + dy) * ow_n + px * qsw + dx
-                            dconv[b, pos, ob] += ti.select(arg == pos, g, 0.0)
-
-
-@kernel
-def conv_dweight_cl(part: VA3, dconv: VA3, inp: F2, n_c: ti.template(), h: ti.i32, w: ti.i32,
-                    kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32, ph: ti.i32, pw: ti.i32,
-                    ow_n: ti.i32):
-    # part: (NBB, TAPS + 1, OCB) partial sums over blocks of samples: for every tap, dconv times the tap's
-    # input, and (last row) dconv itself for the bias   dconv: (B, OH*OW, OCB)   inp: (B, C*H*W)
-    # The channel count and kernel size are compile-time constants, so the taps unroll into registers.
-    n_bb, n_ob = part.shape[0], dconv.shape[2]
-    n_b = dconv.shape[0]
-    oh_n = dconv.shape[1] // ow_n
-    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for t in range(n_bb * n_ob):
-        bb, ob = t // n_ob, t % n_ob
-        acc = [V(0.0) for _ in ti.static(range(n_c * kh * kw + 1))]
+    for t in range(n_bb * n_c * n_ob):
+        bb, c, ob = t // (n_c * n_ob), t // n_ob % n_c, t % n_ob
+        lanes = VI([l for l in ti.static(range(L))])
+        acc = [V(0.0) for _ in ti.static(range(kh * kw + 1))]
+        first = (ob * L + lanes) * (oh_n * ow_n)
         for b in range(bb * n_b // n_bb, (bb + 1) * n_b // n_bb):
-            for y in range(oh_n):
-                for x in range(ow_n):
-                    d = dconv[b, y * ow_n + x, ob]
-                    acc[n_c * kh * kw] += d
-                    for c in ti.static(range(n_c)):
-                        for ky in ti.static(range(kh)):
-                            iy = y * sh - ph + ky
-                            for kx in ti.static(range(kw)):
-                                ix = x * sw - pw + kx
-                                if 0 <= iy < h and 0 <= ix < w:
-                                    acc[(c * kh + ky) * kw + kx] += inp[b, (c * h + iy) * w + ix] * d
-        for q in ti.static(range(n_c * kh * kw + 1)):
-            part[bb, q, ob] = acc[q]
+            for py, px in ti.ndrange(py_n, px_n):
+                win = argmax[b, py * px_n + px, ob]
+                g = V(0.0)
+                for l in ti.static(range(L)):
+                    # past OC: a clamped load, zeroed below (those lanes never win: their weights are 0)
+                    oc = ti.min(ob * L + l, n_oc - 1)
+                    g[l] = dout[b, (oc * py_n + py) * px_n + px]
+                g = ti.select(win >= 0, g, 0.0)
+                acc[kh * kw] += g
+                for dy, dx in ti.static(ti.ndrange(qh, qw)):
+                    oy, ox = py * qsh + dy, px * qsw + dx
+                    d = ti.select(win == first + oy * ow_n + ox, g, 0.0)
+                    for ky, kx in ti.static(ti.ndrange(kh, kw)):
+                        acc[ky * kw + kx] += xp[b, (c * hp + oy * sh + ky) * wp + ox * sw + kx] * d
+        for q in ti.static(range(kh * kw)):
+            part[bb, c * kh * kw + q, ob] = acc[q]
+        if c == 0:
+            part[bb, part.shape[1] - 1, ob] = acc[kh * kw]
 
 
 @sized(lambda dparams, part, *_: 16 * part.shape[0] * part.shape[1] * part.shape[2])

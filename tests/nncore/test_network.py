@@ -260,23 +260,39 @@ def test_fused_conv_relu_pool_matches_finite_differences(arch, rng, spec, fused)
     _check_against_finite_differences(net, rng.normal(size=(6, 2 * 9 * 11)), rng.integers(0, 5, size=6))
 
 
-@pytest.mark.gpu
+def _winners(net, ws, fused: bool) -> np.ndarray:
+    """The pooling winners as MaxPool2D's own argmax, (B, OC*PH*PW), with -1 where the pooled value is 0 (no
+    gradient passes there, whichever position is kept). The CPU's fused part keeps them channels-last in
+    16-wide vectors, already -1 where the value is 0."""
+    arg = ws.scratch[0 if fused else 2]["argmax"].to_numpy()
+    out = ws.acts[3].to_numpy()
+    if arg.ndim == 4:  # (B, PH*PW, OCB, 16)
+        n_oc = net.layers[0].out_channels
+        arg = arg.reshape(arg.shape[0], arg.shape[1], -1)[:, :, :n_oc].transpose(0, 2, 1).reshape(len(arg), -1)
+    return np.where(out > 0, arg, -1)
+
+
+@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("spec,shape", [
     (FUSED[2:], [2, 9, 11]),  # stride, padding, overlapping 3x3 windows of stride 2; 8 pooled outputs a channel
     ([{"type": "Conv2D", "out_channels": 7, "kernel_size": 3}, {"type": "ReLU"},
       {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 5}],
-     [1, 12, 13])])  # the seed cnn's pattern; 25 pooled outputs a channel: six steps of four and one left over
-def test_fused_conv_relu_pool_cuda_equals_the_layers_one_by_one(rng, spec, shape):
-    """The fused CUDA part against Conv2D, ReLU and MaxPool2D run as separate layers (the fusion turned off),
-    with a batch of 9 (one group of eight in the final sums and one left over): the same pooled output, the
-    same winners, and weight and bias gradients equal to float32 rounding; twice the same bits."""
+     [1, 12, 13]),  # the seed cnn's pattern; 25 pooled outputs a channel: six steps of four and one left over
+    ([{"type": "Conv2D", "out_channels": 19, "kernel_size": 3, "padding": 1}, {"type": "ReLU"},
+      {"type": "MaxPool2D", "kernel_size": 2, "stride": 3}, {"type": "Flatten"},
+      {"type": "Linear", "out_features": 3}],
+     [3, 8, 7])])  # two blocks of 16 channels, the second partial; windows that skip conv positions
+def test_fused_conv_relu_pool_equals_the_layers_one_by_one(arch, rng, spec, shape):
+    """The fused part against Conv2D, ReLU and MaxPool2D run as separate layers (the fusion turned off), with
+    a batch of 9 (one group of eight in the final sums and one left over): the same pooled output, the same
+    winners, and weight and bias gradients equal to float32 rounding; twice the same bits."""
     from nncore import fusion
 
-    runtime.ensure("cuda")
+    runtime.ensure(arch)
     n_in = math.prod(shape)
     # Inputs and conv weights on a grid of eighths: every conv value is exact in float32, so both paths see the
     # same values and pick the same winners, exact ties (ReLU's zeros) included.
-    x, y = rng.integers(-8, 9, size=(9, n_in)) / 8, rng.integers(0, 5, size=9)
+    x, y = rng.integers(-8, 9, size=(9, n_in)) / 8, rng.integers(0, 3, size=9)
     state = Sequential(spec, shape, "cross_entropy", seed=5).state_dict()
     state["0.weight"] = rng.integers(-4, 5, size=state["0.weight"].shape) / 8
     state["0.bias"] = rng.integers(-4, 5, size=state["0.bias"].shape) / 8
@@ -284,6 +300,7 @@ def test_fused_conv_relu_pool_cuda_equals_the_layers_one_by_one(rng, spec, shape
     for fuse in (True, True, False):
         net = Sequential(spec, shape, "cross_entropy", seed=5)
         net.load_state_dict(state)
+        assert (net.parts[0].fused is not None) == fuse or not fuse
         if not fuse:
             net.parts = [fusion.Part(i, i, [layer]) for i, layer in enumerate(net.layers)]
             net._workspaces.clear()
@@ -292,9 +309,9 @@ def test_fused_conv_relu_pool_cuda_equals_the_layers_one_by_one(rng, spec, shape
         net.forward(ws)
         net.loss_grad(ws)
         net.backward(ws)
-        results.append((ws.acts[3].to_numpy(), ws.scratch[0 if fuse else 2]["argmax"].to_numpy(),
-                        net.grads.to_numpy()))
+        results.append((ws.acts[3].to_numpy(), _winners(net, ws, fuse), net.grads.to_numpy()))
     (out1, arg1, g1), (out2, arg2, g2), (out0, arg0, g0) = results
     assert np.array_equal(out1, out2) and np.array_equal(g1, g2)  # no atomics: the same bits every run
+    assert (out1 > 0).any()
     assert rel_err(out1, out0) < 1e-6 and np.array_equal(arg1, arg0)
     assert rel_err(g1, g0) < 1e-5
