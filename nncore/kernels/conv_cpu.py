@@ -13,7 +13,7 @@ Linear expect.
 import taichi as ti
 
 from .. import runtime
-from . import F1, F2, I2, kernel, n_elems, sized
+from . import F1, F2, kernel, n_elems, sized
 
 L = 16
 V = ti.types.vector(L, ti.f32)
