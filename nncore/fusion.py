@@ -67,10 +67,11 @@ class ConvReluPool:
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
         c, (_, ph, pw) = self.conv, self.pool.out_shape
-        padded = c.c * (c.h + 2 * c.padding[0]) * (c.w + 2 * c.padding[1])
-        return {"argmax": ("vi16", (batch, ph * pw, self.blocks)), "wv": ("v16", (self.taps + 1, self.blocks)),
-                "xp": ("f32", (batch, padded)),
-                "part": ("v16", (min(batch, PARTIAL_BLOCKS), self.taps + 1, self.blocks))}
+        shapes = {"argmax": ("vi16", (batch, ph * pw, self.blocks)), "wv": ("v16", (self.taps + 1, self.blocks)),
+                  "part": ("v16", (min(batch, PARTIAL_BLOCKS), self.taps + 1, self.blocks))}
+        if any(c.padding):  # the input with its padding written out; without padding the kernels read the input
+            shapes["xp"] = ("f32", (batch, c.c * (c.h + 2 * c.padding[0]) * (c.w + 2 * c.padding[1])))
+        return shapes
 
     def _geometry(self):
         c, p = self.conv, self.pool
@@ -80,12 +81,15 @@ class ConvReluPool:
     def forward(self, out, inp, params, scratch) -> None:
         conv = self.conv
         K_cpu.pack_weights(scratch["wv"], params, conv.offsets["weight"], conv.offsets["bias"], conv.out_channels)
-        K_cpu.pad_input(scratch["xp"], inp, conv.c, conv.h, conv.w, *conv.padding)
-        K_cpu.conv_relu_pool_forward_cl(out, scratch["argmax"], scratch["xp"], scratch["wv"], *self._geometry())
+        if "xp" in scratch:
+            K_cpu.pad_input(scratch["xp"], inp, conv.c, conv.h, conv.w, *conv.padding)
+        K_cpu.conv_relu_pool_forward_cl(out, scratch["argmax"], scratch.get("xp", inp), scratch["wv"],
+                                        *self._geometry())
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
         conv = self.conv
-        K_cpu.conv_relu_pool_dweight_cl(scratch["part"], dout, scratch["argmax"], scratch["xp"], *self._geometry())
+        K_cpu.conv_relu_pool_dweight_cl(scratch["part"], dout, scratch["argmax"], scratch.get("xp", inp),
+                                        *self._geometry())
         K_cpu.dweight_reduce(dparams, scratch["part"], conv.offsets["weight"], conv.offsets["bias"],
                              conv.out_channels)
 

@@ -39,7 +39,8 @@ def pack_weights(wv: VA2, params: F1, w_off: ti.i32, b_off: ti.i32, n_oc: ti.i32
 
 @sized(lambda xp, *_: n_elems(xp))
 def pad_input(xp: F2, inp: F2, n_c: ti.i32, h: ti.i32, w: ti.i32, ph: ti.i32, pw: ti.i32):
-    # xp: (B, C*(H + 2PH)*(W + 2PW)) the input with its zero padding written out   inp: (B, C*H*W)
+    # xp: (B, C*(H + 2PH)*(W + 2PW)) the input with its zero padding written out (for a padded conv only)
+    # inp: (B, C*H*W)
     # The fused kernels then load pixels with no bounds to check (a clamp and a select per load made their
     # unrolled bodies slow to compile and to run).
     hp, wp = h + 2 * ph, w + 2 * pw
