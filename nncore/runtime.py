@@ -25,6 +25,7 @@ os.environ.setdefault("TI_SKIP_VERSION_CHECK", "ON")  # ti.init would otherwise 
 
 import taichi as ti  # noqa: E402
 
+from . import pinning  # noqa: E402
 from .errors import BackendUnavailable, ConfigError  # noqa: E402
 
 ARCHS = ("cpu-serial", "cpu-parallel", "cuda")
@@ -36,12 +37,14 @@ CPU_TASK = 512
 # dozen iterations spread over every core; on CUDA it is None, Taichi's default. Kernels read it when they are
 # compiled, which happens again after every init.
 coarse_block: int | None = 1
-# ``ti.loop_config(block_dim=runtime.stream_block)`` goes before a memory-bound loop over a long array (the
-# optimizers): on the CPU each task then streams 64 KiB runs, which the prefetcher follows; with CPU_TASK-sized
-# tasks the two threads took turns on 2 KiB pieces and SGD over net-1h's 814k parameters took 1.0-1.4 ms
-# instead of 0.8 on two threads. None on CUDA.
+# A memory-bound loop over a long array (the optimizers) runs as tasks of ``runtime.stream_run`` consecutive
+# elements, each task a plain loop (nncore/kernels/optim.py): a Taichi CPU parallel loop calls its body
+# once per iteration through a function pointer, so a loop over single elements is neither vectorised nor
+# cheap (SGD over net-1h's 814k parameters: 2.9 ms on two threads, against 0.55 ms in runs of 16,384 on one).
+# Runs of 64 KiB are also what the prefetcher follows. 1 on CUDA: a thread per element, neighbours on
+# neighbours.
 STREAM_TASK = 16384
-stream_block: int | None = STREAM_TASK
+stream_run: int = STREAM_TASK
 # ``serialize=runtime.serial`` in the same ``ti.loop_config``: True on a one-thread CPU runtime, where a parallel
 # loop would still be handed to Taichi's thread pool (one worker thread) and the caller would wait for it: a
 # wake-up and a wait cost about 75 us per loop on the development machine, against 15 us for a whole launch of
@@ -78,6 +81,7 @@ class RuntimeInfo:
     threads: int  # CPU worker threads; 0 on cuda
     device: str
     generation: int
+    pinned: tuple = ()  # the core of each CPU worker thread, where they are pinned (nncore.pinning)
 
 
 _current: RuntimeInfo | None = None
@@ -206,9 +210,10 @@ def _check_thread() -> None:
         raise RuntimeError("Taichi is bound to the thread that initialised it; call nncore from that thread")
 
 
-def init(arch: str = "cpu-parallel", threads: int | None = None) -> RuntimeInfo:
-    """(Re)initialise Taichi on ``arch``. Every ndarray made before this call becomes unusable."""
-    global _current, _generation, _owner_thread, coarse_block, serial, stream_block
+def init(arch: str = "cpu-parallel", threads: int | None = None, pin: bool = True) -> RuntimeInfo:
+    """(Re)initialise Taichi on ``arch``. Every ndarray made before this call becomes unusable. On
+    cpu-parallel, Taichi's worker threads are pinned one to a core unless ``pin`` is False (nncore.pinning)."""
+    global _current, _generation, _owner_thread, coarse_block, serial, stream_run
     if arch not in ARCHS:
         raise ConfigError(f"arch {arch!r} is unknown; choose one of {', '.join(ARCHS)}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
@@ -237,6 +242,7 @@ def init(arch: str = "cpu-parallel", threads: int | None = None) -> RuntimeInfo:
         block = 1
     # Every option is passed again on each call: ti.init resets all of them to their defaults.
     # ti.init prints "[Taichi] Starting on arch=..." to stdout, which must stay clean for --jsonl -.
+    before = pinning.thread_ids()
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             ti.init(default_fp=ti.f32, default_ip=ti.i32, offline_cache=True, random_seed=0,
@@ -249,10 +255,11 @@ def init(arch: str = "cpu-parallel", threads: int | None = None) -> RuntimeInfo:
         _current = None
         raise BackendUnavailable(f"cuda is unavailable: Taichi fell back to {in_use.name}")
     _generation += 1
+    pinned = pinning.pin_workers(before, n_threads) if pin and n_threads > 1 else ()
     coarse_block, serial = block, n_threads == 1
-    stream_block = None if block is None else STREAM_TASK
+    stream_run = 1 if block is None else STREAM_TASK
     _owner_thread = threading.get_ident()
-    _current = RuntimeInfo(arch, n_threads, status.device, _generation)
+    _current = RuntimeInfo(arch, n_threads, status.device, _generation, pinned)
     return _current
 
 

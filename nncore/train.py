@@ -118,7 +118,8 @@ class Trainer:
             threads = cl.threads_for(tr["arch"], threads)
             if tr["arch"] == "cuda":
                 cl.pick_gpu()  # before the CUDA runtime starts
-        info = runtime.init(tr["arch"], threads)
+        # Ranks sharing a host share its cores: their workers are left to the scheduler, not pinned.
+        info = runtime.init(tr["arch"], threads, pin=cl is None or cl.local_size == 1)
         ds = dataset_for(self.cfg)
         model = dict(self.cfg.model)
         model.setdefault("input", list(ds.input_shape))

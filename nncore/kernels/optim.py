@@ -1,5 +1,8 @@
 """Optimizers over the network's one flat parameter buffer: one launch updates every parameter.
 
+The loop runs as tasks of runtime.stream_run consecutive elements (a long run each on the CPU, one element
+each on CUDA): see runtime.STREAM_TASK for why not one element per iteration on the CPU.
+
 Both follow PyTorch's update rules exactly (torch.optim.SGD with dampening 0, torch.optim.Adam with L2
 weight decay added to the gradient), so runs can be compared step by step.
 """
@@ -15,24 +18,28 @@ def sgd_step(params: F1, velocity: F1, grads: F1, lr: ti.f32, momentum: ti.f32, 
     # params, velocity, grads: (P,) f32; velocity starts at zero, which makes step 1 equal PyTorch's clone(g).
     # Without momentum the velocity is neither read nor written (as PyTorch keeps no buffer then): the step is
     # memory-bound, and that is 12 bytes per parameter instead of 20.
-    ti.loop_config(block_dim=runtime.stream_block, serialize=runtime.serial)
-    for i in params:
-        g = grads[i] + weight_decay * params[i]
-        if ti.static(use_momentum):
-            g = momentum * velocity[i] + g
-            velocity[i] = g
-        params[i] -= lr * g
+    n, run = params.shape[0], runtime.stream_run
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
+    for t in range((n + run - 1) // run):
+        for i in range(t * run, ti.min(t * run + run, n)):
+            g = grads[i] + weight_decay * params[i]
+            if ti.static(use_momentum):
+                g = momentum * velocity[i] + g
+                velocity[i] = g
+            params[i] = params[i] - lr * g  # (not -=: in a parallel loop Taichi makes that an atomic)
 
 
 @sized(lambda params, *_: 4 * params.shape[0])
 def adam_step(params: F1, m: F1, v: F1, grads: F1, lr: ti.f32, beta1: ti.f32, beta2: ti.f32, eps: ti.f32,
               weight_decay: ti.f32, bias_c1: ti.f32, sqrt_bias_c2: ti.f32):
     # params, m, v, grads: (P,) f32; bias_c1 = 1 - beta1**t and sqrt_bias_c2 = sqrt(1 - beta2**t), from the host
-    ti.loop_config(block_dim=runtime.stream_block, serialize=runtime.serial)
-    for i in params:
-        g = grads[i] + weight_decay * params[i]
-        mi = beta1 * m[i] + (1.0 - beta1) * g
-        vi = beta2 * v[i] + (1.0 - beta2) * g * g
-        m[i] = mi
-        v[i] = vi
-        params[i] -= (lr / bias_c1) * mi / (ti.sqrt(vi) / sqrt_bias_c2 + eps)
+    n, run = params.shape[0], runtime.stream_run
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
+    for t in range((n + run - 1) // run):
+        for i in range(t * run, ti.min(t * run + run, n)):
+            g = grads[i] + weight_decay * params[i]
+            mi = beta1 * m[i] + (1.0 - beta1) * g
+            vi = beta2 * v[i] + (1.0 - beta2) * g * g
+            m[i] = mi
+            v[i] = vi
+            params[i] = params[i] - (lr / bias_c1) * mi / (ti.sqrt(vi) / sqrt_bias_c2 + eps)

@@ -1,4 +1,6 @@
-"""Backends: names, availability with reasons, no silent CUDA fallback, thread counts."""
+"""Backends: names, availability with reasons, no silent CUDA fallback, thread counts, worker pinning."""
+import os
+
 import pytest
 
 from nncore import runtime
@@ -65,4 +67,48 @@ def test_collecting_an_old_runtimes_ndarrays_leaves_the_new_ones_alone():
         assert [(arr.to_numpy().shape, float(arr.to_numpy().sum())) for arr in new] == \
             [((3, 5), 15.0 * i) for i in range(200)]
         assert all(arr.shape == (7,) for arr in other)
+    runtime.init("cpu-parallel")
+
+
+def _cpu_ticks(tid: int) -> int:
+    fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else True,
+                    reason="pinning needs Linux and at least 2 cores")
+def test_cpu_parallel_pins_the_threads_that_run_parallel_loops_one_to_a_core(monkeypatch):
+    # The pinned threads must be Taichi's pool workers: the threads that gain CPU time while a parallel loop
+    # runs long tasks. Pinning the wrong threads would leave the workers free to pile onto one core.
+    monkeypatch.delenv("LAYERLAB_PIN", raising=False)
+    ti = runtime.ti
+    before = set(int(t) for t in os.listdir("/proc/self/task"))
+    info = runtime.init("cpu-parallel", threads=2)
+    cores = sorted(os.sched_getaffinity(0))
+    assert info.pinned == (cores[0], cores[1])
+    new = sorted(int(t) for t in os.listdir("/proc/self/task") if int(t) not in before)
+    pinned = [t for t in new if os.sched_getaffinity(t) in ({cores[0]}, {cores[1]})]
+    assert len(pinned) == 2 and {frozenset(os.sched_getaffinity(t)) for t in pinned} == \
+        {frozenset({cores[0]}), frozenset({cores[1]})}
+
+    @ti.kernel
+    def spin(out: ti.types.ndarray(dtype=ti.f32, ndim=1), n: ti.i32):
+        ti.loop_config(block_dim=1)
+        for t in range(out.shape[0]):
+            x = 1.0 + t
+            for _ in range(n):
+                x = ti.sqrt(x + 1.0)
+            out[t] = x
+
+    out = ti.ndarray(ti.f32, shape=(8,))
+    spin(out, 10)
+    ti.sync()
+    ticks = {t: _cpu_ticks(t) for t in new}
+    spin(out, 20_000_000)  # eight tasks of ~0.1 s: both workers take some
+    ti.sync()
+    busy = {t for t in new if _cpu_ticks(t) - ticks[t] >= 2}
+    assert busy == set(pinned)
+    monkeypatch.setenv("LAYERLAB_PIN", "0")
+    assert runtime.init("cpu-parallel", threads=2).pinned == ()
+    monkeypatch.delenv("LAYERLAB_PIN")
     runtime.init("cpu-parallel")
