@@ -20,7 +20,7 @@ from .kernels import conv_cuda as K_cuda
 from .kernels import on_cpu
 from .kernels import gemm_cpu as K_gemm
 from .kernels import gemm_cuda as K_tiled
-from .layers import Conv2D, Layer, Linear, MaxPool2D, ReLU, Sigmoid, Tanh
+from .layers import Conv2D, Flatten, Layer, Linear, MaxPool2D, ReLU, Sigmoid, Tanh
 
 
 @dataclass
@@ -60,10 +60,19 @@ class ConvReluPool:
     the ReLU'd winner and where it was; backward sums the weight and bias gradients over the winners
     (nncore.kernels.conv_cpu). Neither the conv output nor its gradient is ever stored."""
 
-    def __init__(self, conv: Conv2D, pool: MaxPool2D):
+    def __init__(self, conv: Conv2D, pool: MaxPool2D, channels_last: bool = False):
         self.conv, self.pool = conv, pool
         self.blocks = -(-conv.out_channels // K_cpu.L)
         self.taps = conv.c * conv.kernel[0] * conv.kernel[1]
+        # The pooled output written channels-last, for a Linear that reads it so (set by ``plan``)
+        self.channels_last = channels_last
+
+    def to_channel_major(self, a):
+        """A host copy of this part's output (B, features) in PyTorch's (C, H, W) order."""
+        if not self.channels_last:
+            return a
+        _, ph, pw = self.pool.out_shape
+        return a.reshape(len(a), ph * pw, -1).transpose(0, 2, 1).reshape(len(a), -1)
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
         c, (_, ph, pw) = self.conv, self.pool.out_shape
@@ -84,12 +93,12 @@ class ConvReluPool:
         if "xp" in scratch:
             K_cpu.pad_input(scratch["xp"], inp, conv.c, conv.h, conv.w, *conv.padding)
         K_cpu.conv_relu_pool_forward_cl(out, scratch["argmax"], scratch.get("xp", inp), scratch["wv"],
-                                        *self._geometry())
+                                        *self._geometry(), self.channels_last)
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
         conv = self.conv
         K_cpu.conv_relu_pool_dweight_cl(scratch["part"], dout, scratch["argmax"], scratch.get("xp", inp),
-                                        *self._geometry())
+                                        *self._geometry(), self.channels_last)
         K_cpu.dweight_reduce(dparams, scratch["part"], conv.offsets["weight"], conv.offsets["bias"],
                              conv.out_channels)
 
@@ -148,15 +157,29 @@ class LinearAct:
                                     need_dinp, self.kind)
 
 
-def plan(layers: list[Layer], need_dinp: list[bool]) -> list[Part]:
-    """Group the layers into parts; fuse where the backend has a fused kernel for the pattern."""
+def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[Part]:
+    """Group the layers into parts; fuse where the backend has a fused kernel for the pattern (nothing is fused
+    with ``fuse`` False). On the CPU, a fused conv part followed by Flatten and a Linear hands the Linear its
+    output channels-last (``Linear.cl_c``)."""
     parts, i, cpu = [], 0, on_cpu()
+    for layer in layers:
+        if isinstance(layer, Linear):
+            layer.cl_c = 0
+    if not fuse:
+        return [Part(i, i, [layer]) for i, layer in enumerate(layers)]
     while i < len(layers):
         trio = layers[i:i + 3]
         if (len(trio) == 3 and isinstance(trio[0], Conv2D) and isinstance(trio[1], ReLU)
                 and isinstance(trio[2], MaxPool2D) and not need_dinp[i]):
-            fused = ConvReluPool if cpu else ConvReluPoolCUDA
-            parts.append(Part(i, i + 2, trio, fused(trio[0], trio[2])))
+            if cpu:
+                after = layers[i + 3:i + 5]
+                cl = len(after) == 2 and isinstance(after[0], Flatten) and isinstance(after[1], Linear)
+                if cl:
+                    after[1].cl_c = trio[0].out_channels
+                fused = ConvReluPool(trio[0], trio[2], channels_last=cl)
+            else:
+                fused = ConvReluPoolCUDA(trio[0], trio[2])
+            parts.append(Part(i, i + 2, trio, fused))
             i += 3
         elif (len(trio) >= 2 and isinstance(trio[0], Linear) and type(trio[1]) in LinearAct.KINDS
               and (not cpu or K_gemm.staging_pays(trio[0].out_features))):

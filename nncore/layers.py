@@ -109,6 +109,9 @@ class Linear(Layer):
             raise self.fail(f"in_features {in_features!r} does not match the input size {self.in_features}")
         self.init = _init_scheme(self, init)
         self.out_shape = (self.out_features,)
+        # > 0: the CPU input arrives channels-last, (H, W, C) with C = cl_c, from a fused conv part; W keeps
+        # PyTorch's (C, H, W) columns and the CPU kernels map between the two. Set by nncore.fusion.plan.
+        self.cl_c = 0
 
     def param_shapes(self):
         return {"weight": (self.out_features, self.in_features), "bias": (self.out_features,)}
@@ -127,12 +130,11 @@ class Linear(Layer):
         # The CPU kernels read both operands of each product staged as 16-wide vectors (nncore.kernels.gemm_cpu).
         if on_cpu():
             n_in, n_out = self.in_features, self.out_features
-            shapes = {"wt": ("v16", K_gemm.panels_shape(n_out, n_in))}
+            shapes = {"wt": ("v16", K_gemm.panels_shape(n_out, n_in)), "ds": ("v16", K_gemm.strips_shape(batch, n_out))}
             if need_dinp:
                 shapes.update(dp=("v16", K_gemm.panels_shape(batch, n_out)), wv=("v16", K_gemm.strips_shape(n_out, n_in)))
             if K_gemm.staging_pays(n_out):
-                shapes.update(xp=("v16", K_gemm.panels_shape(batch, n_in)), xs=("v16", K_gemm.strips_shape(batch, n_in)),
-                              ds=("v16", K_gemm.strips_shape(batch, n_out)))
+                shapes.update(xp=("v16", K_gemm.panels_shape(batch, n_in)), xs=("v16", K_gemm.strips_shape(batch, n_in)))
             return shapes
         if K_tiled.use_split_k(self.in_features, self.out_features):
             return {"partial": ("f32", (batch, self.out_features * K_tiled.SPLIT))}
@@ -145,9 +147,9 @@ class Linear(Layer):
         if "wt" in scratch:
             if "xp" in scratch:
                 K_gemm.stage_panels(scratch["xp"], inp, inp, 0)
-                K_gemm.linear_forward_cpu(out, scratch["xp"], scratch["wt"], params, w_off, b_off, kind)
+                K_gemm.linear_forward_cpu(out, scratch["xp"], scratch["wt"], params, w_off, b_off, self.cl_c, kind)
             else:
-                K_gemm.weight_panels(scratch["wt"], params, w_off, self.out_features)
+                K_gemm.weight_panels(scratch["wt"], params, w_off, self.out_features, self.cl_c)
                 K_gemm.linear_forward_cpu_direct(out, inp, scratch["wt"], params, b_off)
         else:
             K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, partial=scratch.get("partial"))
@@ -156,16 +158,16 @@ class Linear(Layer):
         """``out``: the output of the fused activation (``kind`` > 0, CPU), whose derivative it takes."""
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if "wt" in scratch:
+            K_gemm.stage_dz(scratch["ds"], dparams, dout, out, b_off, kind)
             if "xs" in scratch:
-                K_gemm.stage_dz(scratch["ds"], dparams, dout, out, b_off, kind)
                 K_gemm.stage_strips(scratch["xs"], inp)
                 K_gemm.linear_dweight_cpu(dparams, scratch["ds"], scratch["xs"], w_off, self.out_features,
-                                          self.in_features)
+                                          self.in_features, self.cl_c)
             else:
-                K_gemm.linear_dweight_cpu_direct(dparams, dout, inp, w_off, b_off)
+                K_gemm.linear_dweight_cpu_narrow(dparams, scratch["ds"], inp, w_off, self.out_features, self.cl_c)
             if need_dinp:
                 K_gemm.stage_panels(scratch["dp"], dout, out, kind)
-                K_gemm.weight_strips(scratch["wv"], params, w_off, self.in_features)
+                K_gemm.weight_strips(scratch["wv"], params, w_off, self.in_features, self.cl_c)
                 K_gemm.linear_dinput_cpu(dinp, scratch["dp"], scratch["wv"])
         else:  # (no activation: the output is never read, dout stands in for it)
             K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, dout, params, w_off, b_off, need_dinp)

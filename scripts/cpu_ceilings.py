@@ -87,10 +87,10 @@ def taichi_rows(arch: str, repeats: int) -> list[tuple[str, str]]:
     out2 = ti.ndarray(ti.f32, (m, n_out))
     wt = ti.Vector.ndarray(16, ti.f32, shape=G.panels_shape(n_out, k))
     xp = ti.Vector.ndarray(16, ti.f32, shape=G.panels_shape(m, k))
-    G.weight_panels(wt, params, 0, n_out)
+    G.weight_panels(wt, params, 0, n_out, 0)
     G.stage_panels(xp, inp, inp, 0)
     flops = 2 * m * k * n_out
-    staged = median_s(lambda: G.linear_forward_cpu(out2, xp, wt, params, 0, n_out * k, 0), repeats, ti.sync)
+    staged = median_s(lambda: G.linear_forward_cpu(out2, xp, wt, params, 0, n_out * k, 0, 0), repeats, ti.sync)
     direct = median_s(lambda: G.linear_forward_cpu_direct(out2, inp, wt, params, n_out * k), repeats, ti.sync)
     stage = median_s(lambda: G.stage_panels(xp, inp, inp, 0), repeats, ti.sync)
     # The weight gradient dW = dout^T @ inp (1024 x 784, summed over the batch of 256).
@@ -99,7 +99,7 @@ def taichi_rows(arch: str, repeats: int) -> list[tuple[str, str]]:
     dparams = ti.ndarray(ti.f32, (n_out * k + n_out,))
     G.stage_dz(ds, dparams, out2, out2, n_out * k, 0)
     G.stage_strips(xs, inp)
-    dweight = median_s(lambda: G.linear_dweight_cpu(dparams, ds, xs, 0, n_out, k), repeats, ti.sync)
+    dweight = median_s(lambda: G.linear_dweight_cpu(dparams, ds, xs, 0, n_out, k, 0), repeats, ti.sync)
     dstage = median_s(lambda: (G.stage_dz(ds, dparams, out2, out2, n_out * k, 0), G.stage_strips(xs, inp)),
                       repeats, ti.sync)
     rows += [(f"Linear forward 256x784x1024, operands staged, {arch}",

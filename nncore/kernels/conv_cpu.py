@@ -55,12 +55,25 @@ def pad_input(xp: F2, inp: F2, n_c: ti.i32, h: ti.i32, w: ti.i32, ph: ti.i32, pw
                 xp[b, (c * hp + y) * wp + x] = v
 
 
+@ti.func
+def _pooled(oc, pos, n_oc, n_pos, cl_out: ti.template()):
+    """Where pooled output (channel oc, position pos = py*PW + px) sits in a sample's row: channel-major, as
+    Flatten and PyTorch order it, or channels-last when a Linear that reads it that way follows (nncore.fusion:
+    a pooled position's 16 channels are then one contiguous run; the channel-major stores, each channel's value
+    to its own region, ran 1.5x slower than these on two threads)."""
+    i = oc * n_pos + pos
+    if ti.static(cl_out):
+        i = pos * n_oc + oc
+    return i
+
+
 @kernel
 def conv_relu_pool_forward_cl(out: F2, argmax: VIA3, xp: F2, wv: VA2, n_oc: ti.i32, n_c: ti.i32, hp: ti.i32,
                               wp: ti.i32, kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32,
                               oh_n: ti.i32, ow_n: ti.i32, qh: ti.template(), qw: ti.template(), qsh: ti.i32,
-                              qsw: ti.i32):
-    # out: (B, OC*PH*PW) channel-major   argmax: (B, PH*PW, OCB) winners (see the module's docstring)
+                              qsw: ti.i32, cl_out: ti.template()):
+    # out: (B, OC*PH*PW) channel-major, or channels-last (B, PH*PW*OC) if cl_out (see _pooled)
+    # argmax: (B, PH*PW, OCB) winners (see the module's docstring)
     # xp: (B, C*HP*WP) the padded input (pad_input)   wv: (TAPS + 1, OCB) packed weights and bias
     # The kernel and window sizes are compile-time constants: a channel's taps and the window's positions
     # unroll into independent chains of FMAs, and the window's conv values never leave registers. (Unrolling
@@ -93,17 +106,18 @@ def conv_relu_pool_forward_cl(out: F2, argmax: VIA3, xp: F2, wv: VA2, n_oc: ti.i
                 for l in ti.static(range(L)):
                     oc = ob * L + l
                     if oc < n_oc:
-                        out[b, (oc * py_n + py) * px_n + px] = best[l]
+                        out[b, _pooled(oc, py * px_n + px, n_oc, py_n * px_n, cl_out)] = best[l]
 
 
 @kernel
 def conv_relu_pool_dweight_cl(part: VA3, dout: F2, argmax: VIA3, xp: F2, n_oc: ti.i32, n_c: ti.i32, hp: ti.i32,
                               wp: ti.i32, kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32,
                               oh_n: ti.i32, ow_n: ti.i32, qh: ti.template(), qw: ti.template(), qsh: ti.i32,
-                              qsw: ti.i32):
+                              qsw: ti.i32, cl_out: ti.template()):
     # part: (NBB, TAPS + 1, OCB) partial sums over blocks of samples: for every tap, the winners' gradients
     # times the tap's input, and (last row) the gradients themselves for the bias
-    # dout: (B, OC*PH*PW) the pooled gradient   argmax: (B, PH*PW, OCB) winners   xp: (B, C*HP*WP) padded input
+    # dout: the pooled gradient, laid out as forward's out   argmax: (B, PH*PW, OCB) winners
+    # xp: (B, C*HP*WP) padded input
     # A task sums one block of samples for one input channel's KH*KW taps and one block of 16 output channels,
     # in registers. A window's gradient reaches its winner only (a select per window position, branch-free).
     n_bb, n_ob = part.shape[0], argmax.shape[2]
@@ -123,7 +137,7 @@ def conv_relu_pool_dweight_cl(part: VA3, dout: F2, argmax: VIA3, xp: F2, n_oc: t
                 for l in ti.static(range(L)):
                     # past OC: a clamped load, zeroed below (those lanes never win: their weights are 0)
                     oc = ti.min(ob * L + l, n_oc - 1)
-                    g[l] = dout[b, (oc * py_n + py) * px_n + px]
+                    g[l] = dout[b, _pooled(oc, py * px_n + px, n_oc, py_n * px_n, cl_out)]
                 g = ti.select(win >= 0, g, 0.0)
                 acc[kh * kw] += g
                 for dy, dx in ti.static(ti.ndrange(qh, qw)):

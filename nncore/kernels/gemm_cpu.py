@@ -1,8 +1,9 @@
 """CPU matrix products for the Linear layer: register-tiled, with 16-wide vector accumulators.
 
-Each product C (M, N) = sum over k of A[m, k] * B[k, n] runs one task per tile of 16 rows x 16 columns: the tile
-lives in 16 vector registers, and every k loads one 16-wide vector of B and broadcasts 16 scalars of A into 16
-FMAs (runtime.init keeps vector types unscalarised on the CPU). Both operands are read from vector-typed
+Each product C (M, N) = sum over k of A[m, k] * B[k, n] runs in tiles of 16 rows x 16 columns, each computed in
+register tiles of a few rows (``SUBTILES``): a register tile's rows live in vector registers, and every k loads
+one 16-wide vector of B and broadcasts one scalar of A per row into a multiply-add (runtime.init keeps vector
+types unscalarised on the CPU). Both operands are read from vector-typed
 ndarrays the kernels stage first, because Taichi's index arithmetic hides contiguity from LLVM: from plain f32
 ndarrays, B's 16 neighbours compiled to 16 scalar loads and inserts, and each of A's 16 broadcasts to its own
 address computation. Staged, B is one load and A's 16 scalars sit in one vector, so the broadcasts are loads at
@@ -30,10 +31,33 @@ import taichi as ti
 from .. import runtime
 from . import F1, F2, n_elems, sized
 
-TM, L = 16, 16
+L = 16  # lanes of the vectors: a panel holds 16 rows, a strip 16 columns, a tile is 16 x 16
 V = ti.types.vector(L, ti.f32)
 VI = ti.types.vector(L, ti.i32)
 VA2 = ti.types.ndarray(dtype=V, ndim=2)
+
+
+SUBTILES_AVX512 = ((0, 16),)
+SUBTILES_AVX2 = ((0, 6), (6, 6), (12, 4))
+
+
+def _subtiles() -> tuple:
+    """(first row, rows) of each register tile of a 16 x 16 tile, by the CPU's vector registers.
+
+    AVX-512 has 32 registers of 16 floats: the whole tile is one register tile (16 accumulators). AVX2 has 16
+    registers of 8 floats, so a 16-wide row takes two: 16 rows would need 32 accumulators and spill to the stack,
+    so the tile runs as register tiles of 6, 6 and 4 rows (12 accumulators, B's two halves, a broadcast and a
+    product). Measured on the AMD EPYC (AVX2) development VM, forward 256 x 784 -> 1024 on one thread, fast math
+    off (see runtime.init): 16 rows 36 GFLOP/s, 8 rows 64, 6 rows 77, 4 rows 75."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            avx512 = any(line.startswith("flags") and " avx512f" in line for line in fh)
+    except OSError:
+        avx512 = False
+    return SUBTILES_AVX512 if avx512 else SUBTILES_AVX2
+
+
+SUBTILES = _subtiles()  # read when the kernels compile (tests swap it, then re-initialise the runtime)
 
 
 def panels_shape(rows: int, n: int) -> tuple:
@@ -117,36 +141,47 @@ def _row(x: ti.template(), k, n0, n):
 
 
 @ti.func
-def _pack_weight_panel(wt: ti.template(), params: ti.template(), w_off, ob, n_out):
+def _column(i, n_in, cl_c):
+    """W's column for input feature i, in the order the layer receives its input: i itself, or, for an input
+    that arrives channels-last from a fused conv part (``cl_c`` = its C channels; nncore.fusion), the column of
+    that feature in PyTorch's (C, H, W) flattening."""
+    j = i
+    if cl_c > 0:
+        j = i % cl_c * (n_in // cl_c) + i // cl_c
+    return j
+
+
+@ti.func
+def _pack_weight_panel(wt: ti.template(), params: ti.template(), w_off, ob, n_out, cl_c):
     """wt[ob, :] = W's rows ob*16..ob*16+15 side by side (zero past OUT): one panel of ``weight_panels``."""
     n_in = wt.shape[1]
     live = VI([ob * L + l for l in ti.static(range(L))]) < n_out
     for i in range(n_in):
-        col = V([params[w_off + ti.min(ob * L + l, n_out - 1) * n_in + i] for l in ti.static(range(L))])
+        c = _column(i, n_in, cl_c)
+        col = V([params[w_off + ti.min(ob * L + l, n_out - 1) * n_in + c] for l in ti.static(range(L))])
         wt[ob, i] = ti.select(live, col, 0.0)
 
 
-@sized(lambda wt, params, w_off, n_out: 2 * wt.shape[1] * n_out)
-def weight_panels(wt: VA2, params: F1, w_off: ti.i32, n_out: ti.i32):
+@sized(lambda wt, params, *_: 2 * n_elems(wt) * L)
+def weight_panels(wt: VA2, params: F1, w_off: ti.i32, n_out: ti.i32, cl_c: ti.i32):
     # wt: (ceil(OUT / 16), IN) 16-wide vectors, wt[ob, i][l] = W[ob*16 + l, i] (zero past OUT): W^T's strips
-    # params[w_off:]: W (OUT, IN). (For the direct forward; the staged one packs its own panels.)
+    # params[w_off:]: W (OUT, IN); cl_c: see _column. (For the direct forward; the staged one packs its own.)
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for ob in range(wt.shape[0]):
-        _pack_weight_panel(wt, params, w_off, ob, n_out)
+        _pack_weight_panel(wt, params, w_off, ob, n_out, cl_c)
 
 
-@sized(lambda wv, params, w_off, n: 2 * wv.shape[1] * n)
-def weight_strips(wv: VA2, params: F1, w_off: ti.i32, n: ti.i32):
+@sized(lambda wv, params, *_: 2 * n_elems(wv) * L)
+def weight_strips(wv: VA2, params: F1, w_off: ti.i32, n: ti.i32, cl_c: ti.i32):
     # wv: (ceil(N / 16), R) 16-wide vectors, wv[nb, r][l] = W[r, nb*16 + l] (zero past N)
-    # params[w_off:]: W, an (R, N) f32 matrix
+    # params[w_off:]: W, an (R, N) f32 matrix; cl_c: see _column
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for nb in range(wv.shape[0]):
+        cols = VI([_column(ti.min(nb * L + l, n - 1), n, cl_c) for l in ti.static(range(L))])
+        live = VI([nb * L + l for l in ti.static(range(L))]) < n
         for r in range(wv.shape[1]):
-            v = V(0.0)
-            for l in ti.static(range(L)):
-                if nb * L + l < n:
-                    v[l] = params[w_off + r * n + nb * L + l]
-            wv[nb, r] = v
+            v = V([params[w_off + r * n + cols[l]] for l in ti.static(range(L))])
+            wv[nb, r] = ti.select(live, v, 0.0)
 
 
 # The two staging kernels below read whole rows (a task per 16 rows of the batch) and write each row's 16-wide
@@ -200,23 +235,25 @@ def stage_panels(xp: VA2, x: F2, y: F2, kind: ti.template()):
 
 
 @ti.func
-def _tile(a: ti.template(), b: ti.template(), mb, nb, k_n):
-    """The 16x16 tile (mb, nb) of A @ B, summed over k < k_n: A's 16 rows at column k are the panel vector
-    ``a[mb, k]``, B's 16 columns at row k the strip vector ``b[nb, k]``; both walks are sequential."""
-    acc = [V(0.0) for _ in ti.static(range(TM))]
+def _tile(a: ti.template(), b: ti.template(), mb, nb, k_n, r0: ti.template(), rows: ti.template()):
+    """Rows r0..r0+rows-1 of the 16x16 tile (mb, nb) of A @ B, summed over k < k_n: A's 16 rows at column k
+    are the panel vector ``a[mb, k]``, B's 16 columns at row k the strip vector ``b[nb, k]``; both walks are
+    sequential. ``rows`` accumulators of 16 lanes stay in registers (see ``SUBTILES``)."""
+    acc = [V(0.0) for _ in ti.static(range(rows))]
     for k in range(k_n):
         av = a[mb, k]
         bv = b[nb, k]
-        for i in ti.static(range(TM)):
-            acc[i] += av[i] * bv
+        for i in ti.static(range(rows)):
+            acc[i] += av[r0 + i] * bv
     return acc
 
 
 @ti.func
 def _store_act(out: ti.template(), acc: ti.template(), bias, m0, n0, kind: ti.template()):
-    """A forward tile into out (rows m0.., columns n0..), act(acc + bias) on whole vectors, only what exists."""
+    """Rows of a forward tile into out (rows m0.., columns n0..), act(acc + bias) on whole vectors, only what
+    exists."""
     m_n, n_n = out.shape[0], out.shape[1]
-    for i in ti.static(range(TM)):  # (loops over j, not unrolled stores: a quarter of the machine code)
+    for i in ti.static(range(len(acc))):  # (loops over j, not unrolled stores: a quarter of the machine code)
         if m0 + i < m_n:
             y = act_v(acc[i] + bias, kind)
             for j in range(ti.min(L, n_n - n0)):
@@ -229,9 +266,11 @@ def _bias(params: ti.template(), b_off, n0, n_n):
 
 
 @sized(lambda out, xp, *_: n_elems(out) * xp.shape[1] // 40)
-def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_off: ti.i32, kind: ti.template()):
+def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_off: ti.i32, cl_c: ti.i32,
+                       kind: ti.template()):
     # out: (B, OUT) f32 = act(inp @ W^T + b)   xp: inp as panels (stage_panels)   wt: scratch for W's panels
     # (weight_panels' layout, filled here)   params[w_off:]: W (OUT, IN)   params[b_off:]: b (OUT,)
+    # cl_c: see _column
     n_n, k_n = out.shape[1], xp.shape[1]
     mt, nt = xp.shape[0], wt.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
@@ -240,75 +279,91 @@ def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_o
         # at IN = 784) is still in its core's cache for the 16 tiles that read it (a separate packing kernel
         # wrote all of W's panels out to memory first: 0.4-0.5 ms a step at net-1h's size), and it reads it
         # from there once for the whole batch (tasks of single tiles had both cores fetch each panel).
-        _pack_weight_panel(wt, params, w_off, nb, n_n)
+        _pack_weight_panel(wt, params, w_off, nb, n_n, cl_c)
         bias = _bias(params, b_off, nb * L, n_n)
         for mb in range(mt):
-            _store_act(out, _tile(xp, wt, mb, nb, k_n), bias, mb * TM, nb * L, kind)
+            for r0, rows in ti.static(SUBTILES):
+                _store_act(out, _tile(xp, wt, mb, nb, k_n, r0, rows), bias, mb * L + r0, nb * L, kind)
 
 
 @ti.func
-def _store_dweight(dparams: ti.template(), acc: ti.template(), w_off, m0, n0, m_n, n_n):
-    """A weight-gradient tile into dparams[w_off:] (OUT, IN), rows m0.., columns n0.., only what exists."""
-    for i in ti.static(range(TM)):
+def _store_dweight(dparams: ti.template(), acc: ti.template(), w_off, m0, n0, m_n, n_n, cl_c):
+    """Rows of a weight-gradient tile into dparams[w_off:] (OUT, IN), rows m0.., columns n0.. (in the input's
+    order: see _column), only what exists."""
+    cols = VI([_column(ti.min(n0 + j, n_n - 1), n_n, cl_c) for j in ti.static(range(L))])
+    for i in ti.static(range(len(acc))):
         if m0 + i < m_n:
             for j in range(ti.min(L, n_n - n0)):
-                dparams[w_off + (m0 + i) * n_n + n0 + j] = acc[i][j]
+                dparams[w_off + (m0 + i) * n_n + cols[j]] = acc[i][j]
 
 
-@ti.func
-def _bias_grad(dparams: ti.template(), dout: ti.template(), b_off):
-    """db (OUT,) into dparams[b_off:]: column sums of dout (B, OUT), one output per iteration of a top-level loop."""
-    ti.loop_config(serialize=runtime.serial)
-    for m in range(dout.shape[1]):
-        acc = 0.0
-        for k in range(dout.shape[0]):
-            acc += dout[k, m]
-        dparams[b_off + m] = acc
-
-
-@sized(lambda dparams, ds, xs, w_off, m_n, n_n: ds.shape[1] * m_n * n_n // 40)
-def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, w_off: ti.i32, m_n: ti.i32, n_n: ti.i32):
+@sized(lambda dparams, ds, xs, w_off, m_n, n_n, *_: ds.shape[1] * m_n * n_n // 40)
+def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, w_off: ti.i32, m_n: ti.i32, n_n: ti.i32, cl_c: ti.i32):
     # dparams[w_off:]: dW (OUT, IN) = dz^T @ inp   ds: dz's strips (stage_dz)   xs: the layer input's strips
-    # (stage_strips); m_n = OUT, n_n = IN. (The bias gradient comes with stage_dz.)
+    # (stage_strips); m_n = OUT, n_n = IN; cl_c: see _column. (The bias gradient comes with stage_dz.)
     k_n, mt, nt = ds.shape[1], ds.shape[0], xs.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
         mb, nb = t % mt, t // mt  # consecutive tasks share the input strip
-        _store_dweight(dparams, _tile(ds, xs, mb, nb, k_n), w_off, mb * TM, nb * L, m_n, n_n)
+        for r0, rows in ti.static(SUBTILES):
+            _store_dweight(dparams, _tile(ds, xs, mb, nb, k_n, r0, rows), w_off, mb * L + r0, nb * L, m_n, n_n,
+                           cl_c)
+
+
+KB = 256  # the direct forward sums its long inner products in blocks of this many terms (see below)
 
 
 @sized(lambda out, inp, *_: n_elems(out) * inp.shape[1] // 20)
 def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i32):
     # As linear_forward_cpu with no activation, A's scalars read from inp itself (see ``staging_pays``)
+    # Each row's sum is taken in blocks of KB terms, each block summed on its own and then added: the cnn's
+    # 10,816-term sums in one running total lost 2.6x more to float32 rounding than PyTorch's logits did.
     m_n, n_n, k_n = out.shape[0], out.shape[1], inp.shape[1]
-    mt, nt = (m_n + TM - 1) // TM, wt.shape[0]
+    mt, nt = (m_n + L - 1) // L, wt.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
         mb, nb = t % mt, t // mt
-        m0, n0 = mb * TM, nb * L
-        acc = [V(0.0) for _ in ti.static(range(TM))]
-        for k in range(k_n):
-            bv = wt[nb, k]
-            for i in ti.static(range(TM)):
-                acc[i] += inp[ti.min(m0 + i, m_n - 1), k] * bv
-        _store_act(out, acc, _bias(params, b_off, n0, n_n), m0, n0, 0)
+        n0 = nb * L
+        bias = _bias(params, b_off, n0, n_n)
+        for r0, rows in ti.static(SUBTILES):
+            m0 = mb * L + r0
+            acc = [V(0.0) for _ in ti.static(range(rows))]
+            for kb in range((k_n + KB - 1) // KB):
+                blk = [V(0.0) for _ in ti.static(range(rows))]
+                for k in range(kb * KB, ti.min(kb * KB + KB, k_n)):
+                    bv = wt[nb, k]
+                    for i in ti.static(range(rows)):
+                        blk[i] += inp[ti.min(m0 + i, m_n - 1), k] * bv
+                for i in ti.static(range(rows)):
+                    acc[i] += blk[i]
+            _store_act(out, acc, bias, m0, n0, 0)
 
 
-@sized(lambda dparams, dout, inp, *_: n_elems(dout) * inp.shape[1] // 20)
-def linear_dweight_cpu_direct(dparams: F1, dout: F2, inp: F2, w_off: ti.i32, b_off: ti.i32):
-    # As linear_dweight_cpu, with both operands read from dout and inp themselves (see ``staging_pays``)
-    k_n, m_n, n_n = dout.shape[0], dout.shape[1], inp.shape[1]
-    mt, nt = (m_n + TM - 1) // TM, (n_n + L - 1) // L
+@sized(lambda dparams, ds, inp, *_: ds.shape[0] * n_elems(inp) // 8)
+def linear_dweight_cpu_narrow(dparams: F1, ds: VA2, inp: F2, w_off: ti.i32, m_n: ti.i32, cl_c: ti.i32):
+    # dparams[w_off:]: dW (OUT, IN) = dz^T @ inp for a layer of few outputs (see ``staging_pays``)
+    # ds: dz's strips (stage_dz, which also sums the bias gradient)   inp: (B, IN) f32, read in place
+    # cl_c: see _column
+    # Vectorised along the outputs: dW^T's rows, one 16-wide vector of outputs per input feature, each a sum
+    # over the batch of a feature's value (a scalar of inp) times dz's row (one vector load). A task takes
+    # 16 input features, in register tiles of SUBTILES.
+    k_n, n_n = inp.shape[0], inp.shape[1]
+    nt = (n_n + L - 1) // L
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for t in range(mt * nt):
-        m0, n0 = (t // nt) * TM, (t % nt) * L
-        acc = [V(0.0) for _ in ti.static(range(TM))]
-        for k in range(k_n):
-            bv = V([inp[k, ti.min(n0 + j, n_n - 1)] for j in ti.static(range(L))])
-            for i in ti.static(range(TM)):
-                acc[i] += dout[k, ti.min(m0 + i, m_n - 1)] * bv
-        _store_dweight(dparams, acc, w_off, m0, n0, m_n, n_n)
-    _bias_grad(dparams, dout, b_off)
+    for t in range(ds.shape[0] * nt):
+        ob, nb = t // nt, t % nt
+        for r0, rows in ti.static(SUBTILES):
+            f0 = nb * L + r0
+            acc = [V(0.0) for _ in ti.static(range(rows))]
+            for k in range(k_n):
+                dv = ds[ob, k]
+                for i in ti.static(range(rows)):
+                    acc[i] += inp[k, ti.min(f0 + i, n_n - 1)] * dv
+            for i in ti.static(range(rows)):
+                if f0 + i < n_n:
+                    col = w_off + _column(f0 + i, n_n, cl_c)
+                    for l in range(ti.min(L, m_n - ob * L)):
+                        dparams[col + (ob * L + l) * n_n] = acc[i][l]
 
 
 @sized(lambda dinp, dp, wv: n_elems(dinp) * dp.shape[1] // 40)
@@ -319,9 +374,10 @@ def linear_dinput_cpu(dinp: F2, dp: VA2, wv: VA2):
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
         mb, nb = t // nt, t % nt  # along the rows of dinp: its writes are most of the traffic when OUT is small
-        acc = _tile(dp, wv, mb, nb, k_n)
-        m0, n0 = mb * TM, nb * L
-        for i in ti.static(range(TM)):
-            if m0 + i < m_n:
-                for j in range(ti.min(L, n_n - n0)):
-                    dinp[m0 + i, n0 + j] = acc[i][j]
+        for r0, rows in ti.static(SUBTILES):
+            acc = _tile(dp, wv, mb, nb, k_n, r0, rows)
+            m0, n0 = mb * L + r0, nb * L
+            for i in ti.static(range(rows)):
+                if m0 + i < m_n:
+                    for j in range(ti.min(L, n_n - n0)):
+                        dinp[m0 + i, n0 + j] = acc[i][j]

@@ -3,6 +3,8 @@
 Forward: relative error < 1e-5. Backward: against the analytic float64 gradient (< 1e-5) and, on small
 shapes, against central finite differences of the float64 forward (< 1e-4, f32 kernels vs f64 differences).
 """
+import zlib
+
 import numpy as np
 import pytest
 
@@ -55,47 +57,74 @@ def test_linear(arch, rng, b, n_in, n_out):
     assert np.all(got[:3] == 9.0)  # nothing outside the layer's slice is touched
 
 
-@pytest.mark.parametrize("b,n_in,n_out", [(1, 1, 1), (5, 37, 13), (16, 16, 16), (33, 48, 32), (17, 5, 130),
-                                          (40, 129, 67), (256, 784, 1024)])
-def test_linear_cpu_gemm(rng, cpu, b, n_in, n_out):
-    """The register-tiled CPU kernels, on full tiles, partial tiles and sizes below one tile."""
+@pytest.fixture(scope="module", params=["avx512", "avx2"])
+def subtiles(request):
+    """The CPU products with each register-tile layout (the machine's own picks one; both must be right)."""
+    saved = KG.SUBTILES
+    KG.SUBTILES = {"avx512": KG.SUBTILES_AVX512, "avx2": KG.SUBTILES_AVX2}[request.param]
+    runtime.init("cpu-parallel")  # the kernels compile again, reading it
+    yield request.param
+    KG.SUBTILES = saved
+    runtime.init("cpu-parallel")
+
+
+def layout_rng(request, layout):
+    """Both layouts see the same inputs: the random stream of the test's id without the layout."""
+    runtime.ensure("cpu-parallel")
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.replace(f"{layout}-", "").encode()))
+
+
+@pytest.mark.parametrize("b,n_in,n_out,cl_c", [(1, 1, 1, 0), (5, 37, 13, 0), (16, 16, 16, 0), (33, 48, 32, 0),
+                                               (17, 5, 130, 0), (40, 129, 67, 0), (256, 784, 1024, 0),
+                                               (9, 45, 10, 5), (21, 48, 35, 3), (3, 169, 17, 13)])
+def test_linear_cpu_gemm(request, subtiles, b, n_in, n_out, cl_c):
+    """The register-tiled CPU kernels, on full tiles, partial tiles and sizes below one tile; with cl_c > 0, on
+    an input that arrives channels-last (cl_c channels) while W keeps PyTorch's column order."""
+    rng = layout_rng(request, subtiles)
     x, w, bias = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in))), f32(rng.normal(size=n_out))
     dout = f32(rng.normal(size=(b, n_out)))
+    # cols[i]: W's column for the kernel's input feature i; x_k: the input in the order the kernels receive it.
+    i = np.arange(n_in)
+    cols = i % cl_c * (n_in // cl_c) + i // cl_c if cl_c else i
+    x_k = np.empty_like(x)
+    x_k[:, :] = x[:, cols]
+    w_k = w[:, cols]
     params = np.concatenate([[7.0, -3.0], w.ravel(), bias])
     w_off, b_off = 2, 2 + w.size
     vec = lambda shape: runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=shape)  # noqa: E731
     wt = vec(KG.panels_shape(n_out, n_in))
     wt.from_numpy(np.full(wt.shape + (KG.L,), np.nan, np.float32))  # every lane the kernels read gets written
-    KG.weight_panels(wt, nd(params), w_off, n_out)
+    KG.weight_panels(wt, nd(params), w_off, n_out, cl_c)
     got_wt = wt.to_numpy().transpose(0, 2, 1).reshape(-1, n_in)  # (16 * ceil(OUT / 16), IN): W, zero rows past OUT
-    assert np.array_equal(got_wt[:n_out], w.astype(np.float32)) and np.all(got_wt[n_out:] == 0.0)
+    assert np.array_equal(got_wt[:n_out], w_k.astype(np.float32)) and np.all(got_wt[n_out:] == 0.0)
     xp = vec(KG.panels_shape(b, n_in))
-    KG.stage_panels(xp, nd(x), nd(x), 0)
+    KG.stage_panels(xp, nd(x_k), nd(x_k), 0)
     panels = xp.to_numpy().transpose(0, 2, 1).reshape(-1, n_in)  # (16 * ceil(b / 16), IN)
-    assert np.array_equal(panels[:b], x.astype(np.float32)) and np.all(panels[b:] == panels[b - 1])
+    assert np.array_equal(panels[:b], x_k.astype(np.float32)) and np.all(panels[b:] == panels[b - 1])
     out = nans(b, n_out)
     wt.from_numpy(np.full(wt.shape + (KG.L,), np.nan, np.float32))  # the staged forward packs W's panels itself
-    KG.linear_forward_cpu(out, xp, wt, nd(params), w_off, b_off, 0)
+    KG.linear_forward_cpu(out, xp, wt, nd(params), w_off, b_off, cl_c, 0)
     assert np.array_equal(wt.to_numpy().transpose(0, 2, 1).reshape(-1, n_in), got_wt)
     assert rel_err(out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
     xs, ds = vec(KG.strips_shape(b, n_in)), vec(KG.strips_shape(b, n_out))
     xs.from_numpy(np.full(xs.shape + (KG.L,), np.nan, np.float32))
-    KG.stage_strips(xs, nd(x))
+    KG.stage_strips(xs, nd(x_k))
     strips = xs.to_numpy().transpose(1, 0, 2).reshape(b, -1)  # (b, 16 * ceil(IN / 16))
-    assert np.array_equal(strips[:, :n_in], x.astype(np.float32)) and np.all(strips[:, n_in:] == 0.0)
+    assert np.array_equal(strips[:, :n_in], x_k.astype(np.float32)) and np.all(strips[:, n_in:] == 0.0)
     dparams, dinp = nd(np.full(params.size, 9.0)), nans(b, n_in)
     KG.stage_dz(ds, dparams, nd(dout), nd(dout), b_off, 0)
-    KG.linear_dweight_cpu(dparams, ds, xs, w_off, n_out, n_in)
+    KG.linear_dweight_cpu(dparams, ds, xs, w_off, n_out, n_in, cl_c)
     dp, wv = vec(KG.panels_shape(b, n_out)), vec(KG.strips_shape(n_out, n_in))
     KG.stage_panels(dp, nd(dout), nd(dout), 0)
-    KG.weight_strips(wv, nd(params), w_off, n_in)
-    assert np.array_equal(wv.to_numpy().transpose(1, 0, 2).reshape(n_out, -1)[:, :n_in], w.astype(np.float32))
+    KG.weight_strips(wv, nd(params), w_off, n_in, cl_c)
+    assert np.array_equal(wv.to_numpy().transpose(1, 0, 2).reshape(n_out, -1)[:, :n_in], w_k.astype(np.float32))
     KG.linear_dinput_cpu(dinp, dp, wv)
     dx, dw, db = R.linear_grads(x, w, dout)
     # The direct kernels (layers of few outputs), outputs poisoned so that a skipped element shows.
     direct_out, direct_dparams = nans(b, n_out), nd(np.full(params.size, 9.0))
-    KG.linear_forward_cpu_direct(direct_out, nd(x), wt, nd(params), b_off)
-    KG.linear_dweight_cpu_direct(direct_dparams, nd(dout), nd(x), w_off, b_off)
+    KG.linear_forward_cpu_direct(direct_out, nd(x_k), wt, nd(params), b_off)
+    KG.stage_dz(ds, direct_dparams, nd(dout), nd(dout), b_off, 0)
+    KG.linear_dweight_cpu_narrow(direct_dparams, ds, nd(x_k), w_off, n_out, cl_c)
     assert rel_err(direct_out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
     got_direct = direct_dparams.to_numpy()
     assert rel_err(got_direct[w_off:b_off].reshape(w.shape), dw) < BWD_TOL
@@ -103,16 +132,17 @@ def test_linear_cpu_gemm(rng, cpu, b, n_in, n_out):
     got = dparams.to_numpy()
     assert rel_err(got[w_off:b_off].reshape(w.shape), dw) < BWD_TOL
     assert rel_err(got[b_off:], db) < BWD_TOL and np.all(got[:2] == 9.0)
-    assert rel_err(dinp.to_numpy(), dx) < BWD_TOL
+    assert rel_err(dinp.to_numpy(), dx[:, cols]) < BWD_TOL  # in the input's own order
 
 
 @pytest.mark.parametrize("kind,act,dact", [(1, R.relu, lambda y: (y > 0).astype(float)),
                                            (2, R.sigmoid, lambda y: y * (1 - y)), (3, np.tanh, lambda y: 1 - y * y)])
 @pytest.mark.parametrize("b,n_in,n_out", [(5, 37, 33), (40, 129, 67), (17, 16, 48)])
-def test_linear_cpu_gemm_fused_activation(rng, cpu, kind, act, dact, b, n_in, n_out):
+def test_linear_cpu_gemm_fused_activation(request, subtiles, kind, act, dact, b, n_in, n_out):
     """The CPU products with the activation in the forward's epilogue (vector exp for Sigmoid and Tanh) and its
     derivative in backward's staging, against float64: pre-activations spread over +-40, so the exp runs over
     its whole range, including where the sigmoid saturates."""
+    rng = layout_rng(request, subtiles)
     x, w = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in)) * 8 / np.sqrt(n_in))
     bias, g = f32(rng.normal(size=n_out)), f32(rng.normal(size=(b, n_out)))
     params = np.concatenate([w.ravel(), bias])
@@ -122,9 +152,9 @@ def test_linear_cpu_gemm_fused_activation(rng, cpu, kind, act, dact, b, n_in, n_
     wt, xp = vec(KG.panels_shape(n_out, n_in)), vec(KG.panels_shape(b, n_in))
     KG.stage_panels(xp, nd(x), nd(x), 0)
     out = nans(b, n_out)
-    KG.linear_forward_cpu(out, xp, wt, nd(params), 0, w.size, 0)
+    KG.linear_forward_cpu(out, xp, wt, nd(params), 0, w.size, 0, 0)
     z32 = out.to_numpy().astype(np.float64)  # the same sums, before the activation
-    KG.linear_forward_cpu(out, xp, wt, nd(params), 0, w.size, kind)
+    KG.linear_forward_cpu(out, xp, wt, nd(params), 0, w.size, 0, kind)
     y = out.to_numpy()
     assert rel_err(y, act(z)) < FWD_TOL
     # The activation alone, element by element, tiny and saturated values too: within 4e-6 (the argument
@@ -136,9 +166,9 @@ def test_linear_cpu_gemm_fused_activation(rng, cpu, kind, act, dact, b, n_in, n_
     dparams, dinp = nans(params.size), nans(b, n_in)
     KG.stage_dz(ds, dparams, nd(g), out, w.size, kind)
     KG.stage_strips(xs, nd(x))
-    KG.linear_dweight_cpu(dparams, ds, xs, 0, n_out, n_in)
+    KG.linear_dweight_cpu(dparams, ds, xs, 0, n_out, n_in, 0)
     KG.stage_panels(dp, nd(g), out, kind)
-    KG.weight_strips(wv, nd(params), 0, n_in)
+    KG.weight_strips(wv, nd(params), 0, n_in, 0)
     KG.linear_dinput_cpu(dinp, dp, wv)
     dx, dw, db = R.linear_grads(x, w, dz)
     got = dparams.to_numpy()

@@ -109,38 +109,42 @@ def test_a_whole_run_matches_torch_sgd(tmp_path, config, limit, epochs):
             assert rel_err(got[key], value.detach().numpy()) < 1e-4, key
 
 
-def _lockstep_weights_torch(model, dtype, steps=20, batch=32, seed=0, lr=0.05):
-    """analysis.lockstep's run (same seed, initial weights and random batches) in PyTorch at ``dtype``."""
+def test_float32_gradients_are_no_less_precise_than_pytorchs():
+    """The cnn's gradients on four random batches, float32 against float64: cpu-serial's largest relative error
+    must not exceed PyTorch float32's on the same weights and batches.
+
+    Gradients of one step, not weights after many: near-ties in ReLU and max-pool make float32 training of this
+    network on random images chaotic at about 1e-4 (a pooling window whose two best values lie within float32
+    rounding of each other picks a different winner, and the run moves by ~1e-5 at once), so which of two float32
+    runs of 20 steps lands nearer the float64 one is luck: on the development machines PyTorch's own run ended
+    9.7e-05 from it on one, 4.2e-06 on another, where cpu-serial happened to flip a window at step 11."""
     from nncore import runtime
-
-    runtime.ensure("cpu-serial")
-    net = Sequential.from_spec(model, seed=seed)
-    tm = torch_sequential(net).to(dtype)
-    opt = torch.optim.SGD(tm.parameters(), lr=lr, momentum=0.9)
-    lossf, target = torch_loss(model["loss"])
-    rng = np.random.default_rng(seed)
-    for _ in range(steps):
-        x = rng.random((batch, *net.input_shape), dtype=np.float32)
-        y = rng.integers(0, net.loss.n_classes, size=batch)
-        opt.zero_grad()
-        lossf(tm(torch.from_numpy(x).to(dtype)), target(y, net.loss.n_classes)).backward()
-        opt.step()
-    return {k: v.detach().double().numpy() for k, v in tm.state_dict().items()}
-
-
-def test_float32_training_drift_is_no_worse_than_pytorchs():
-    """The scale the cross-backend lockstep is judged on: 20 SGD steps of the cnn on random images, float32
-    against float64. ReLU and max-pool near-ties make float32 training chaotic at about 1e-4 (PyTorch's float32
-    run ends 9.7e-05 from its float64 run); cpu-serial must stay within that."""
-    from nncore import analysis
     from nncore.config import load_config
 
+    runtime.ensure("cpu-serial")
     model = load_config("cnn").model
-    ref = _lockstep_weights_torch(model, torch.float64)
-    drift = lambda w: max(float(np.abs(w[k] - ref[k]).max() / np.abs(ref[k]).max()) for k in ref)  # noqa: E731
-    torch32 = drift(_lockstep_weights_torch(model, torch.float32))
-    _, weights = analysis._run_steps(model, "cpu-serial", 32, 20, 0, 0.05)
-    ours = drift(weights[-1])
-    print(f"cnn, 20 steps, largest relative weight difference from float64: PyTorch float32 {torch32:.2e}, "
-          f"cpu-serial {ours:.2e}")
-    assert 0 < ours <= max(torch32, 1e-5)
+    net = Sequential.from_spec(model, seed=0)
+    lossf, target = torch_loss(model["loss"])
+    rng = np.random.default_rng(0)
+    ws = net.workspace(32)
+    offsets = {f"{i}.{name}": (layer.offsets[name], shape) for i, layer in enumerate(net.layers)
+               for name, shape in layer.param_shapes().items()}
+    ours, theirs = [], []
+    for _ in range(4):
+        x, y = rng.random((32, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, size=32)
+        ws.load(x, y)
+        net.forward(ws)
+        net.loss_grad(ws)
+        net.backward(ws)
+        got = net.grads.to_numpy()
+        grads = {}
+        for dtype in (torch.float64, torch.float32):
+            tm = torch_sequential(net).to(dtype)
+            lossf(tm(torch.from_numpy(x).to(dtype)), target(y, net.loss.n_classes)).backward()
+            grads[dtype] = {k: p.grad.double().numpy() for k, p in tm.named_parameters()}
+        ref = grads[torch.float64]
+        theirs.append(max(rel_err(grads[torch.float32][k], ref[k]) for k in ref))
+        ours.append(max(rel_err(got[o:o + math.prod(shape)].reshape(shape), ref[k]) for k, (o, shape) in offsets.items()))
+    print(f"cnn gradients, largest relative error from float64 over 4 batches: PyTorch float32 {max(theirs):.2e}, "
+          f"cpu-serial {max(ours):.2e}")
+    assert 0 < max(ours) <= max(theirs)
