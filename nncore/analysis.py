@@ -99,20 +99,30 @@ def amdahl_view(serial: SweepPoint, launch_ms: float, threads: int, measured: di
 
 
 def measure_launch_ms(repeats: int = 2000) -> float:
-    """Wall time of launching an empty kernel on the current runtime, synced, in ms (median of blocks)."""
+    """Host time of one kernel launch as a training step pays it, on the current runtime, in ms (median of
+    blocks): an empty kernel dispatched from a compute graph of ten where steps run as graphs (nncore.graph),
+    launched from Python otherwise."""
+    from . import graph
     from .kernels.loss import loss_sum
     from .runtime import sync, ti
 
     out, src = ti.ndarray(ti.f32, shape=(1,)), ti.ndarray(ti.f32, shape=(1,))
-    loss_sum(out, src)
+    per_run = 10 if graph.default_enabled() else 1
+    if per_run > 1:
+        calls = graph.record(lambda: [loss_sum(out, src) for _ in range(per_run)])
+        compiled, values = graph.build(calls), graph._values(calls)
+        run = lambda: compiled.run(values)  # noqa: E731
+    else:
+        run = lambda: loss_sum(out, src)  # noqa: E731
+    run()
     sync()
     rates = []
     for _ in range(5):
         t0 = time.perf_counter()
-        for _ in range(repeats // 5):
-            loss_sum(out, src)
+        for _ in range(repeats // (5 * per_run)):
+            run()
         sync()
-        rates.append((time.perf_counter() - t0) / (repeats // 5))
+        rates.append((time.perf_counter() - t0) / (repeats // (5 * per_run)) / per_run)
     return 1e3 * float(np.median(rates))
 
 

@@ -234,7 +234,7 @@ class Sequential:
         runtime.require()
         self._gen = runtime.generation()
         self.parts = plan(self.layers, self.need_dinp)  # which layers run fused depends on the backend
-        self.graphs = StepGraphs()  # on by default where the backend gains from them
+        self.graphs = StepGraphs()  # on unless LAYERLAB_GRAPHS=0
         n = max(self.n_params, 1)
         self.params = ti.ndarray(ti.f32, shape=(n,))
         self.grads = ti.ndarray(ti.f32, shape=(n,))
@@ -351,8 +351,8 @@ class Sequential:
         """Forward, loss, backward and update on the batch in ``ws``; all on the device except ``reduce()``,
         which a distributed run calls between backward and update to sum the gradients. ``gather()`` (the
         batch in) and ``after()`` (e.g. the loss into a running sum) are more kernel launches that run before
-        and after the step. Where compute graphs are on (CUDA, see nncore.graph), the launches run as one
-        graph (two around a ``reduce``)."""
+        and after the step. Where compute graphs are on (by default, see nncore.graph), the launches run as
+        one graph (two around a ``reduce``)."""
 
         def launches():
             if gather is not None:

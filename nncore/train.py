@@ -243,7 +243,7 @@ class Trainer:
                 if self.step > 1 and self.step % self.timing_every == 0:
                     self._timed_step(ws, start + lo, timer, reduce)
                     loss_accumulate(self.acc, self.bad, ws.losses, float(nb), self.step)
-                else:  # one compute graph on CUDA (nncore.graph): the batch in, the step, the loss summed
+                else:  # one compute graph (nncore.graph): the batch in, the step, the loss summed
                     self.net.train_step(
                         ws, self.opt, reduce,
                         gather=lambda: gather_rows(ws.x, ws.labels, *self.train_set, start + lo),  # noqa: B023

@@ -313,7 +313,7 @@ def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, w_off: ti.i32, m_n: ti.i32
 KB = 256  # the direct forward sums its long inner products in blocks of this many terms (see below)
 
 
-@sized(lambda out, inp, *_: n_elems(out) * inp.shape[1] // 20)
+@sized(lambda out, inp, wt, *_: n_elems(inp) * wt.shape[0])
 def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i32):
     # As linear_forward_cpu with no activation, A's scalars read from inp itself (see ``staging_pays``)
     # Each row's sum is taken in blocks of KB terms, each block summed on its own and then added: the cnn's
@@ -339,7 +339,7 @@ def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i
             _store_act(out, acc, bias, m0, n0, 0)
 
 
-@sized(lambda dparams, ds, inp, *_: ds.shape[0] * n_elems(inp) // 8)
+@sized(lambda dparams, ds, inp, *_: ds.shape[0] * n_elems(inp) * 11 // 10)
 def linear_dweight_cpu_narrow(dparams: F1, ds: VA2, inp: F2, w_off: ti.i32, m_n: ti.i32, cl_c: ti.i32):
     # dparams[w_off:]: dW (OUT, IN) = dz^T @ inp for a layer of few outputs (see ``staging_pays``)
     # ds: dz's strips (stage_dz, which also sums the bias gradient)   inp: (B, IN) f32, read in place
@@ -366,7 +366,7 @@ def linear_dweight_cpu_narrow(dparams: F1, ds: VA2, inp: F2, w_off: ti.i32, m_n:
                         dparams[col + (ob * L + l) * n_n] = acc[i][l]
 
 
-@sized(lambda dinp, dp, wv: n_elems(dinp) * dp.shape[1] // 40)
+@sized(lambda dinp, dp, wv: n_elems(dinp) * (40 + dp.shape[1]) // 30)  # (stores dominate at small K)
 def linear_dinput_cpu(dinp: F2, dp: VA2, wv: VA2):
     # dinp: (B, IN) f32 = dz @ W   dp: dz as panels (stage_panels)   wv: W's strips (weight_strips)
     m_n, n_n, k_n = dinp.shape[0], dinp.shape[1], dp.shape[1]

@@ -123,9 +123,9 @@ def test_training_loop_with_graphs_equals_launched(monkeypatch):
     assert (on.test_acc, on.test_loss, on.steps) == (off.test_acc, off.test_loss, off.steps)
 
 
-def test_graphs_default_to_cuda_only(monkeypatch):
+def test_graphs_are_on_unless_switched_off(monkeypatch):
     monkeypatch.delenv("LAYERLAB_GRAPHS", raising=False)
     runtime.ensure("cpu-parallel")
-    assert not G.StepGraphs().enabled
-    monkeypatch.setenv("LAYERLAB_GRAPHS", "1")
     assert G.StepGraphs().enabled
+    monkeypatch.setenv("LAYERLAB_GRAPHS", "0")
+    assert not G.StepGraphs().enabled
