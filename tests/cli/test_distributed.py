@@ -4,6 +4,7 @@ The ranks run as a user runs them (`layerlab train ... --ranks N`, which starts 
 machine's cores where N exceeds them. Reference runs are the plain single-process command.
 """
 import json
+import subprocess
 import sys
 
 import numpy as np
@@ -16,10 +17,12 @@ from tests.cli.test_cli import layerlab, one_line_error
 
 
 def _mpi_missing() -> str | None:
-    try:
-        distributed.load_mpi()
-    except ConfigError as exc:
-        return str(exc)
+    # mpi4py is loaded in a child process: importing its MPI module here would initialise MPI in the test
+    # process, and Open MPI's mpiexec, started from a process that is an MPI singleton, exits 1 silently.
+    probe = subprocess.run([sys.executable, "-c", "from nncore import distributed; distributed.load_mpi()"],
+                           capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        return probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else "mpi4py does not load"
     return distributed.mpi_missing()
 
 
