@@ -112,3 +112,31 @@ def test_cpu_parallel_pins_the_threads_that_run_parallel_loops_one_to_a_core(mon
     assert runtime.init("cpu-parallel", threads=2).pinned == ()
     monkeypatch.delenv("LAYERLAB_PIN")
     runtime.init("cpu-parallel")
+
+
+def test_compile_errors_still_point_at_their_own_line():
+    # nncore memoises the source-position text Taichi builds for every AST node (runtime._cache_source_positions):
+    # two kernels with the same mistake at different places must each be reported where theirs is.
+    ti = runtime.ti
+    runtime.ensure("cpu-serial")
+
+    @ti.kernel
+    def first(a: ti.types.ndarray(dtype=ti.f32, ndim=1)):
+        for i in range(2):
+            a[i] = undefined_one  # noqa: F821
+
+    @ti.kernel
+    def second(a: ti.types.ndarray(dtype=ti.f32, ndim=1)):  # the same place within its function as first's
+        for i in range(2):
+            a[i] = undefined_two  # noqa: F821
+
+    arr = ti.ndarray(ti.f32, shape=(2,))
+    for kern, name in ((first, "undefined_one"), (second, "undefined_two")):
+        with pytest.raises(ti.TaichiNameError) as err:
+            kern(arr)
+        lines = str(err.value).splitlines()
+        where = next(line for line in lines if line.strip().startswith("File "))
+        assert f"in {kern.__name__}:" in where
+        line_no = int(where.split("line ")[1].split(",")[0])
+        assert name in open(__file__).read().splitlines()[line_no - 1]
+    runtime.init("cpu-parallel")
