@@ -93,7 +93,10 @@ def amdahl_view(serial: SweepPoint, launch_ms: float, threads: int, measured: di
     host = min(host, serial.ms_per_step)
     kernel = serial.ms_per_step - host
     p = kernel / serial.ms_per_step
-    shares = [(l["name"], (l["fwd_ms"] + l["bwd_ms"]) / serial.ms_per_step) for l in serial.layers]
+    # Shares of the synced profile: where steps run as compute graphs, the parts' synced times (each launched from
+    # Python, with a sync after it) can add up to more than the graph step they were sampled from.
+    whole = max(parts_ms, serial.ms_per_step)
+    shares = [(l["name"], (l["fwd_ms"] + l["bwd_ms"]) / whole) for l in serial.layers]
     return AmdahlView(p, kernel, host, amdahl_bound(p, threads), threads, amdahl_bound(p, math.inf), measured,
                       shares)
 

@@ -68,8 +68,12 @@ def run_sweep(model: dict, archs: list[str], batches: list[int], filters: list, 
               repeats: int, warmup: int, progress=None) -> list[analysis.SweepPoint]:
     grid = [(a, t, b, f) for a in archs for t in (threads if a == "cpu-parallel" else [None])
             for f in filters for b in batches]
-    points = []
-    for i, (arch, thr, batch, filt) in enumerate(grid):
+    # Measured point by point with every arch of one (filters, batch) back to back, so that the speedups
+    # compare the same minutes of a shared machine; reported in the grid's order.
+    order = sorted(range(len(grid)), key=lambda k: (filters.index(grid[k][3]), batches.index(grid[k][2]), k))
+    points = [None] * len(grid)
+    for i, k in enumerate(order):
+        arch, thr, batch, filt = grid[k]
         if progress:
             progress(i, len(grid), f"{arch}{'' if thr is None else f' x{thr}'} batch {batch}"
                      + (f" filters {filt}" if filt else ""))
@@ -79,8 +83,8 @@ def run_sweep(model: dict, archs: list[str], batches: list[int], filters: list, 
         from .optim import SGD
         net = Sequential.from_spec(bench.with_filters(model, filt))
         launches = count_launches(net, net.workspace(batch), SGD(net.n_params, lr=0.01))
-        points.append(analysis.SweepPoint(res.arch, res.threads or 0, batch, filt, res.samples_per_s,
-                                          res.ms_per_step, res.gflops, res.layers, launches))
+        points[k] = analysis.SweepPoint(res.arch, res.threads or 0, batch, filt, res.samples_per_s,
+                                        res.ms_per_step, res.gflops, res.layers, launches)
     if progress:
         progress(len(grid), len(grid), "done")
     return analysis.derive(points)

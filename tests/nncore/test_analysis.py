@@ -61,6 +61,12 @@ def test_amdahl_view_from_a_scripted_profile():
     assert view.bound_threads == pytest.approx(1 / (0.2 + 0.4))
     assert view.bound_gpu == pytest.approx(5.0)
     assert [s for _, s in view.layer_shares] == pytest.approx([0.6, 0.3])
+    # A graph step (8 ms) shorter than its synced parts (9 ms): no host time beyond the launches, and the shares
+    # are of the parts, adding up to 1.
+    fast = SweepPoint("cpu-serial", 1, 100, None, 12500.0, 8.0, 1.0, layers, 20)
+    view = analysis.amdahl_view(fast, launch_ms=0.05, threads=2, measured={})
+    assert view.host_ms == pytest.approx(1.0) and view.p == pytest.approx(7 / 8)
+    assert [s for _, s in view.layer_shares] == pytest.approx([6 / 9, 3 / 9])
 
 
 @pytest.mark.parametrize("config", ["net-1h", "cnn"])
