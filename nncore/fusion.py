@@ -6,8 +6,9 @@ in the product's epilogue and its derivative in backward's staging (for Linears 
 stage their operands). Conv2D -> ReLU -> MaxPool2D, where the conv needs no input gradient, runs as one fused
 part: the conv output is never written (one kernel computes each pooling window's conv values and keeps the
 ReLU'd winner), and backward sums the weight gradient over the winners only, on the CPU vectorised over
-channels, on CUDA over samples. Backward needs neither the ReLU nor the
-pooling layer's own kernels.
+channels, on CUDA over samples. Backward needs neither the ReLU nor the pooling layer's own kernels. On the CPU,
+where Flatten and a Linear follow the fused part, it writes its output channels-last (contiguous stores) and
+the Linear maps its input features to W's PyTorch columns (``Linear.cl_c``).
 Per-layer timings are reported per part: a fused part is named after all of its layers.
 """
 from __future__ import annotations

@@ -48,7 +48,8 @@ def _subtiles() -> tuple:
     registers of 8 floats, so a 16-wide row takes two: 16 rows would need 32 accumulators and spill to the stack,
     so the tile runs as register tiles of 6, 6 and 4 rows (12 accumulators, B's two halves, a broadcast and a
     product). Measured on the AMD EPYC (AVX2) development VM, forward 256 x 784 -> 1024 on one thread, fast math
-    off (see runtime.init): 16 rows 36 GFLOP/s, 8 rows 64, 6 rows 77, 4 rows 75."""
+    off (see runtime.init): 16 rows 36-58 GFLOP/s, 8 rows 64, 6 rows 74-79, 4 rows 74-77. On an AVX-512 Xeon
+    (the lent H100's host) 16 rows gave 67 GFLOP/s and 6 rows 62."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             avx512 = any(line.startswith("flags") and " avx512f" in line for line in fh)
