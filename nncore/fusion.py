@@ -30,6 +30,8 @@ class Part:
     last: int  # index of the last layer (inclusive)
     layers: list
     fused: "ConvReluPool | None" = None
+    grad_from: int | None = None  # backward reads this gradient (index into the workspace's dacts), not j + 1's
+    dinp_elsewhere: bool = False  # a later part computes this part's input gradient where it uses it
 
     def forward(self, ws, params) -> None:
         i, j = self.first, self.last
@@ -39,11 +41,12 @@ class Part:
     def backward(self, ws, params, dparams, need_dinp: bool) -> None:
         i, j = self.first, self.last
         runner = self.fused or self.layers[0]
-        runner.backward(ws.dacts[i], dparams, ws.dacts[j + 1], ws.acts[i], ws.acts[j + 1], params, ws.scratch[i],
-                        need_dinp)
+        dout = ws.dacts[j + 1 if self.grad_from is None else self.grad_from]
+        runner.backward(ws.dacts[i], dparams, dout, ws.acts[i], ws.acts[j + 1], params, ws.scratch[i],
+                        need_dinp and not self.dinp_elsewhere)
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
-        return (self.fused or self.layers[0]).scratch_shapes(batch, need_dinp)
+        return (self.fused or self.layers[0]).scratch_shapes(batch, need_dinp and not self.dinp_elsewhere)
 
     @property
     def name(self) -> str:
@@ -61,12 +64,14 @@ class ConvReluPool:
     the ReLU'd winner and where it was; backward sums the weight and bias gradients over the winners
     (nncore.kernels.conv_cpu). Neither the conv output nor its gradient is ever stored."""
 
-    def __init__(self, conv: Conv2D, pool: MaxPool2D, channels_last: bool = False):
+    def __init__(self, conv: Conv2D, pool: MaxPool2D, channels_last: bool = False, linear: Linear | None = None):
         self.conv, self.pool = conv, pool
         self.blocks = -(-conv.out_channels // K_cpu.L)
         self.taps = conv.c * conv.kernel[0] * conv.kernel[1]
-        # The pooled output written channels-last, for a Linear that reads it so (set by ``plan``)
-        self.channels_last = channels_last
+        # The pooled output written channels-last, for a Linear that reads it so (set by ``plan``); ``linear``:
+        # that Linear, when it is narrow and this part computes its input gradient from the gradient at its
+        # output (its Part has dinp_elsewhere, this one grad_from).
+        self.channels_last, self.linear = channels_last or linear is not None, linear
 
     def to_channel_major(self, a):
         """A host copy of this part's output (B, features) in PyTorch's (C, H, W) order."""
@@ -78,7 +83,8 @@ class ConvReluPool:
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
         c, (_, ph, pw) = self.conv, self.pool.out_shape
         shapes = {"argmax": ("vi16", (batch, ph * pw, self.blocks)), "wv": ("v16", (self.taps + 1, self.blocks)),
-                  "part": ("v16", (min(batch, PARTIAL_BLOCKS), self.taps + 1, self.blocks))}
+                  "part": ("v16", (min(batch, PARTIAL_BLOCKS), self.taps + 1, self.blocks)),
+                  "wc": ("v16", (ph * pw, self.linear.out_features, self.blocks) if self.linear else (1, 1, 1))}
         if any(c.padding):  # the input with its padding written out; without padding the kernels read the input
             shapes["xp"] = ("f32", (batch, c.c * (c.h + 2 * c.padding[0]) * (c.w + 2 * c.padding[1])))
         return shapes
@@ -98,8 +104,11 @@ class ConvReluPool:
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
         conv = self.conv
-        K_cpu.conv_relu_pool_dweight_cl(scratch["part"], dout, scratch["argmax"], scratch.get("xp", inp),
-                                        *self._geometry(), self.channels_last)
+        if self.linear is not None:
+            K_cpu.pack_linear_weights(scratch["wc"], params, self.linear.offsets["weight"], conv.out_channels)
+        K_cpu.conv_relu_pool_dweight_cl(scratch["part"], dout, scratch["wc"], scratch["argmax"],
+                                        scratch.get("xp", inp), *self._geometry(), self.channels_last,
+                                        self.linear is not None)
         K_cpu.dweight_reduce(dparams, scratch["part"], conv.offsets["weight"], conv.offsets["bias"],
                              conv.out_channels)
 
@@ -168,25 +177,33 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
             layer.cl_c = 0
     if not fuse:
         return [Part(i, i, [layer]) for i, layer in enumerate(layers)]
+    elsewhere = set()  # layers whose input gradient a fused conv part computes
     while i < len(layers):
         trio = layers[i:i + 3]
         if (len(trio) == 3 and isinstance(trio[0], Conv2D) and isinstance(trio[1], ReLU)
                 and isinstance(trio[2], MaxPool2D) and not need_dinp[i]):
+            grad_from = None
             if cpu:
                 after = layers[i + 3:i + 5]
                 cl = len(after) == 2 and isinstance(after[0], Flatten) and isinstance(after[1], Linear)
                 if cl:
                     after[1].cl_c = trio[0].out_channels
-                fused = ConvReluPool(trio[0], trio[2], channels_last=cl)
+                # A narrow Linear (the seed cnn's 10,816 -> 10): its input gradient, the pooled gradient, is
+                # computed inside the part's weight gradient from the gradient at the Linear's output.
+                narrow = cl and not K_gemm.staging_pays(after[1].out_features)
+                if narrow:
+                    elsewhere.add(i + 4)
+                    grad_from = i + 5
+                fused = ConvReluPool(trio[0], trio[2], channels_last=cl, linear=after[1] if narrow else None)
             else:
                 fused = ConvReluPoolCUDA(trio[0], trio[2])
-            parts.append(Part(i, i + 2, trio, fused))
+            parts.append(Part(i, i + 2, trio, fused, grad_from=grad_from))
             i += 3
         elif (len(trio) >= 2 and isinstance(trio[0], Linear) and type(trio[1]) in LinearAct.KINDS
               and (not cpu or K_gemm.staging_pays(trio[0].out_features))):
             parts.append(Part(i, i + 1, trio[:2], LinearAct(trio[0], trio[1])))
             i += 2
         else:
-            parts.append(Part(i, i, [layers[i]]))
+            parts.append(Part(i, i, [layers[i]], dinp_elsewhere=i in elsewhere))
             i += 1
     return parts

@@ -109,15 +109,35 @@ def conv_relu_pool_forward_cl(out: F2, argmax: VIA3, xp: F2, wv: VA2, n_oc: ti.i
                         out[b, _pooled(oc, py * px_n + px, n_oc, py_n * px_n, cl_out)] = best[l]
 
 
+@sized(lambda wc, *_: 16 * wc.shape[0] * wc.shape[1] * wc.shape[2])
+def pack_linear_weights(wc: VA3, params: F1, w_off: ti.i32, n_oc: ti.i32):
+    # wc: (PH*PW, OUT, OCB) 16-wide vectors, wc[pos, o, ob][l] = W[o, (ob*16 + l)*PH*PW + pos], zero past OC:
+    # the weights of the Linear after the fused part (params[w_off:]: W (OUT, OC*PH*PW), PyTorch's columns),
+    # by pooled position and output, 16 channels a vector (for ``from_dz`` below)
+    n_pos, n_out, n_ob = wc.shape[0], wc.shape[1], wc.shape[2]
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
+    for pos in range(n_pos):
+        for o, ob in ti.ndrange(n_out, n_ob):
+            v = V(0.0)
+            for l in ti.static(range(L)):
+                oc = ob * L + l
+                if oc < n_oc:
+                    v[l] = params[w_off + (o * n_oc + oc) * n_pos + pos]
+            wc[pos, o, ob] = v
+
+
 @kernel
-def conv_relu_pool_dweight_cl(part: VA3, dout: F2, argmax: VIA3, xp: F2, n_oc: ti.i32, n_c: ti.i32, hp: ti.i32,
-                              wp: ti.i32, kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32,
+def conv_relu_pool_dweight_cl(part: VA3, dout: F2, wc: VA3, argmax: VIA3, xp: F2, n_oc: ti.i32, n_c: ti.i32,
+                              hp: ti.i32, wp: ti.i32, kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32,
                               oh_n: ti.i32, ow_n: ti.i32, qh: ti.template(), qw: ti.template(), qsh: ti.i32,
-                              qsw: ti.i32, cl_out: ti.template()):
+                              qsw: ti.i32, cl_out: ti.template(), from_dz: ti.template()):
     # part: (NBB, TAPS + 1, OCB) partial sums over blocks of samples: for every tap, the winners' gradients
     # times the tap's input, and (last row) the gradients themselves for the bias
-    # dout: the pooled gradient, laid out as forward's out   argmax: (B, PH*PW, OCB) winners
-    # xp: (B, C*HP*WP) padded input
+    # dout: the pooled gradient, laid out as forward's out; or, if from_dz, the gradient (B, OUT) at the output
+    # of the narrow Linear after the part, whose weights wc holds (pack_linear_weights; unread otherwise): a
+    # pooled position's gradient for 16 channels is then OUT multiply-adds of 16-wide vectors, computed where it
+    # is used instead of written out by the Linear as its input gradient and read back here
+    # argmax: (B, PH*PW, OCB) winners   xp: (B, C*HP*WP) padded input
     # A task sums one block of samples for one input channel's KH*KW taps and one block of 16 output channels,
     # in registers. A window's gradient reaches its winner only (a select per window position, branch-free).
     n_bb, n_ob = part.shape[0], argmax.shape[2]
@@ -134,10 +154,14 @@ def conv_relu_pool_dweight_cl(part: VA3, dout: F2, argmax: VIA3, xp: F2, n_oc: t
             for py, px in ti.ndrange(py_n, px_n):
                 win = argmax[b, py * px_n + px, ob]
                 g = V(0.0)
-                for l in ti.static(range(L)):
-                    # past OC: a clamped load, zeroed below (those lanes never win: their weights are 0)
-                    oc = ti.min(ob * L + l, n_oc - 1)
-                    g[l] = dout[b, _pooled(oc, py * px_n + px, n_oc, py_n * px_n, cl_out)]
+                if ti.static(from_dz):
+                    for o in range(wc.shape[1]):
+                        g += dout[b, o] * wc[py * px_n + px, o, ob]
+                else:
+                    for l in ti.static(range(L)):
+                        # past OC: a clamped load, zeroed below (those lanes never win: their weights are 0)
+                        oc = ti.min(ob * L + l, n_oc - 1)
+                        g[l] = dout[b, _pooled(oc, py * px_n + px, n_oc, py_n * px_n, cl_out)]
                 g = ti.select(win >= 0, g, 0.0)
                 acc[kh * kw] += g
                 for dy, dx in ti.static(ti.ndrange(qh, qw)):

@@ -288,7 +288,11 @@ def _winners(net, ws, fused: bool) -> np.ndarray:
     ([{"type": "Conv2D", "out_channels": 19, "kernel_size": 3, "padding": 1}, {"type": "ReLU"},
       {"type": "MaxPool2D", "kernel_size": 2, "stride": 3}, {"type": "Flatten"},
       {"type": "Linear", "out_features": 3}],
-     [3, 8, 7])])  # two blocks of 16 channels, the second partial; windows that skip conv positions
+     [3, 8, 7]),  # two blocks of 16 channels, the second partial; windows that skip conv positions
+    ([{"type": "Conv2D", "out_channels": 7, "kernel_size": 3}, {"type": "ReLU"},
+      {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 40},
+      {"type": "ReLU"}, {"type": "Linear", "out_features": 3}],
+     [1, 12, 13])])  # a wide Linear after the part: staged, its input channels-last, its own input gradient
 def test_fused_conv_relu_pool_equals_the_layers_one_by_one(arch, rng, spec, shape):
     """The fused part against Conv2D, ReLU and MaxPool2D run as separate layers (the fusion turned off), with
     a batch of 9 (one group of eight in the final sums and one left over): the same pooled output, the same
