@@ -71,7 +71,7 @@ class ConvReluPool:
         # The pooled output written channels-last, for a Linear that reads it so (set by ``plan``); ``linear``:
         # that Linear, when it is narrow and this part computes its input gradient from the gradient at its
         # output (its Part has dinp_elsewhere, this one grad_from).
-        self.channels_last, self.linear = channels_last or linear is not None, linear
+        self.channels_last, self.linear = channels_last, linear
 
     def to_channel_major(self, a):
         """A host copy of this part's output (B, features) in PyTorch's (C, H, W) order."""

@@ -41,5 +41,5 @@ def pin_workers(before: set[int], n_workers: int) -> tuple[int, ...]:
             os.sched_setaffinity(tid, {cores[i % len(cores)]})
             placed.append(cores[i % len(cores)])
     except OSError:  # a thread that ended meanwhile, or a sandbox that forbids it: leave the rest alone
-        return tuple(placed)
+        pass
     return tuple(placed)

@@ -47,8 +47,8 @@ STREAM_TASK = 16384
 stream_run: int = STREAM_TASK
 # ``serialize=runtime.serial`` in the same ``ti.loop_config``: True on a one-thread CPU runtime, where a parallel
 # loop would still be handed to Taichi's thread pool (one worker thread) and the caller would wait for it: a
-# wake-up and a wait cost about 75 us per loop on the development machine, against 15 us for a whole launch of
-# a loop run in place. False elsewhere.
+# wake-up and a wait cost about 75 us per loop on the Intel Xeon development machine, against 15 us for a whole
+# launch of a loop run in place. False elsewhere.
 serial: bool = False
 
 

@@ -24,7 +24,10 @@ Staging per product (all O(size of an operand), against the product's O(M*N*K)):
 The activation after a Linear (ReLU, Sigmoid, Tanh; ``kind`` 1-3, 0 for none) runs in the forward's epilogue on
 the tile's vectors, and its derivative in backward's staging: nncore.fusion fuses the pair on the CPU too.
 Partial tiles compute on zeros or clamped copies and store only what exists, so any shape works. Layers of few
-outputs skip the activations' staging (``staging_pays``).
+outputs (``staging_pays``) read their input in place: the forward in ``linear_forward_cpu_direct``, the weight
+gradient in ``linear_dweight_cpu_narrow``, vectorised along the outputs. A Linear whose input arrives
+channels-last from a fused conv part maps its features to W's columns where it packs W or stores dW
+(``_column``).
 """
 import taichi as ti
 
