@@ -1,7 +1,7 @@
 """CPU matrix products for the Linear layer: register-tiled, with 16-wide vector accumulators.
 
 Each product C (M, N) = sum over k of A[m, k] * B[k, n] runs in tiles of 16 rows x 16 columns, each computed in
-register tiles of a few rows (``SUBTILES``): a register tile's rows live in vector registers, and every k loads
+register tiles of a few rows (``ROWS``): a register tile's rows live in vector registers, and every k loads
 one 16-wide vector of B and broadcasts one scalar of A per row into a multiply-add (runtime.init keeps vector
 types unscalarised on the CPU). Both operands are read from vector-typed
 ndarrays the kernels stage first, because Taichi's index arithmetic hides contiguity from LLVM: from plain f32
@@ -40,28 +40,33 @@ VI = ti.types.vector(L, ti.i32)
 VA2 = ti.types.ndarray(dtype=V, ndim=2)
 
 
-SUBTILES_AVX512 = ((0, 16),)
-SUBTILES_AVX2 = ((0, 6), (6, 6), (12, 4))
+ROWS_AVX512 = 16
+ROWS_AVX2 = 4
 
 
-def _subtiles() -> tuple:
-    """(first row, rows) of each register tile of a 16 x 16 tile, by the CPU's vector registers.
+def _rows() -> int:
+    """Rows of a register tile: a 16 x 16 tile is computed ``L // ROWS`` register tiles at a time, by the CPU's
+    vector registers.
 
     AVX-512 has 32 registers of 16 floats: the whole tile is one register tile (16 accumulators). AVX2 has 16
-    registers of 8 floats, so a 16-wide row takes two: 16 rows would need 32 accumulators and spill to the stack,
-    so the tile runs as register tiles of 6, 6 and 4 rows (12 accumulators, B's two halves, a broadcast and a
-    product). Measured on the AMD EPYC (AVX2) development VM, forward 256 x 784 -> 1024 on one thread, fast math
-    off (see runtime.init): 16 rows 36-58 GFLOP/s, 8 rows 64, 6 rows 74-79, 4 rows 74-77. On an AVX-512 Xeon
-    (the lent H100's host) 16 rows gave 67 GFLOP/s and 6 rows 62."""
+    registers of 8 floats, so a 16-wide row takes two: 16 rows would need 32 accumulators and spill to the stack.
+    Measured on the AMD EPYC (AVX2) development VM, forward 256 x 784 -> 1024 on one thread, fast math off (see
+    runtime.init): 16 rows 36-58 GFLOP/s, 8 rows 61-64, 6 rows 74-79, 4 rows 74-77 (66-70 again in a later run,
+    beside 66-70 for 6, 6 and 4). On an AVX-512 Xeon (the lent H100's host) 16 rows gave 67 GFLOP/s and 6 rows 62.
+
+    A kernel holds one register tile's code and loops over a tile's row groups at run time (the group's first
+    row is a run-time lane of A's panel vector, which LLVM loads as a scalar broadcast): unrolling the groups
+    (6, 6 and 4 rows) ran no faster and tripled the machine code that Taichi regenerates at every start from its
+    offline cache (net-1h's first step: see docs/PERFORMANCE.md, "Time to the first step")."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             avx512 = any(line.startswith("flags") and " avx512f" in line for line in fh)
     except OSError:
         avx512 = False
-    return SUBTILES_AVX512 if avx512 else SUBTILES_AVX2
+    return ROWS_AVX512 if avx512 else ROWS_AVX2
 
 
-SUBTILES = _subtiles()  # read when the kernels compile (tests swap it, then re-initialise the runtime)
+ROWS = _rows()  # read when the kernels compile (tests swap it, then re-initialise the runtime)
 
 
 def panels_shape(rows: int, n: int) -> tuple:
@@ -220,8 +225,9 @@ def stage_dz(ds: VA2, dparams: F1, dout: F2, out: F2, b_off: ti.i32, kind: ti.te
         db = V(0.0)
         for b in range(n_b):
             db += ds[ob, b]
-        for l in range(ti.min(L, n - ob * L)):
-            dparams[b_off + ob * L + l] = db[l]
+        for l in ti.static(range(L)):  # (a loop over l reading db[l] at run time: 7x the compile time in place)
+            if ob * L + l < n:
+                dparams[b_off + ob * L + l] = db[l]
 
 
 @sized(lambda xp, x, *_: 2 * n_elems(x))
@@ -239,17 +245,23 @@ def stage_panels(xp: VA2, x: F2, y: F2, kind: ti.template()):
 
 
 @ti.func
-def _tile(a: ti.template(), b: ti.template(), mb, nb, k_n, r0: ti.template(), rows: ti.template()):
-    """Rows r0..r0+rows-1 of the 16x16 tile (mb, nb) of A @ B, summed over k < k_n: A's 16 rows at column k
+def _tile(a: ti.template(), b: ti.template(), mb, nb, k_n, r0):
+    """Rows r0..r0+ROWS-1 of the 16x16 tile (mb, nb) of A @ B, summed over k < k_n: A's 16 rows at column k
     are the panel vector ``a[mb, k]``, B's 16 columns at row k the strip vector ``b[nb, k]``; both walks are
-    sequential. ``rows`` accumulators of 16 lanes stay in registers (see ``SUBTILES``)."""
-    acc = [V(0.0) for _ in ti.static(range(rows))]
+    sequential. ROWS accumulators of 16 lanes stay in registers (see ``ROWS``)."""
+    acc = [V(0.0) for _ in ti.static(range(ROWS))]
     for k in range(k_n):
-        av = a[mb, k]
         bv = b[nb, k]
-        for i in ti.static(range(rows)):
-            acc[i] += av[r0 + i] * bv
+        for i in ti.static(range(ROWS)):
+            acc[i] += a[mb, k][r0 + i] * bv
     return acc
+
+
+@ti.func
+def _groups(rows_left):
+    """Register tiles to run in a 16-row tile of which ``rows_left`` rows exist (a partial tile skips the groups
+    past its last row)."""
+    return (ti.min(rows_left, L) + ROWS - 1) // ROWS
 
 
 @ti.func
@@ -286,8 +298,9 @@ def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_o
         _pack_weight_panel(wt, params, w_off, nb, n_n, cl_c)
         bias = _bias(params, b_off, nb * L, n_n)
         for mb in range(mt):
-            for r0, rows in ti.static(SUBTILES):
-                _store_act(out, _tile(xp, wt, mb, nb, k_n, r0, rows), bias, mb * L + r0, nb * L, kind)
+            for g in range(_groups(out.shape[0] - mb * L)):
+                r0 = g * ROWS
+                _store_act(out, _tile(xp, wt, mb, nb, k_n, r0), bias, mb * L + r0, nb * L, kind)
 
 
 @ti.func
@@ -309,9 +322,9 @@ def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, w_off: ti.i32, m_n: ti.i32
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
         mb, nb = t % mt, t // mt  # consecutive tasks share the input strip
-        for r0, rows in ti.static(SUBTILES):
-            _store_dweight(dparams, _tile(ds, xs, mb, nb, k_n, r0, rows), w_off, mb * L + r0, nb * L, m_n, n_n,
-                           cl_c)
+        for g in range(_groups(m_n - mb * L)):
+            r0 = g * ROWS
+            _store_dweight(dparams, _tile(ds, xs, mb, nb, k_n, r0), w_off, mb * L + r0, nb * L, m_n, n_n, cl_c)
 
 
 KB = 256  # the direct forward sums its long inner products in blocks of this many terms (see below)
@@ -329,16 +342,16 @@ def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i
         mb, nb = t % mt, t // mt
         n0 = nb * L
         bias = _bias(params, b_off, n0, n_n)
-        for r0, rows in ti.static(SUBTILES):
-            m0 = mb * L + r0
-            acc = [V(0.0) for _ in ti.static(range(rows))]
+        for g in range(_groups(m_n - mb * L)):
+            m0 = mb * L + g * ROWS
+            acc = [V(0.0) for _ in ti.static(range(ROWS))]
             for kb in range((k_n + KB - 1) // KB):
-                blk = [V(0.0) for _ in ti.static(range(rows))]
+                blk = [V(0.0) for _ in ti.static(range(ROWS))]
                 for k in range(kb * KB, ti.min(kb * KB + KB, k_n)):
                     bv = wt[nb, k]
-                    for i in ti.static(range(rows)):
+                    for i in ti.static(range(ROWS)):
                         blk[i] += inp[ti.min(m0 + i, m_n - 1), k] * bv
-                for i in ti.static(range(rows)):
+                for i in ti.static(range(ROWS)):
                     acc[i] += blk[i]
             _store_act(out, acc, bias, m0, n0, 0)
 
@@ -350,20 +363,20 @@ def linear_dweight_cpu_narrow(dparams: F1, ds: VA2, inp: F2, w_off: ti.i32, m_n:
     # cl_c: see _column
     # Vectorised along the outputs: dW^T's rows, one 16-wide vector of outputs per input feature, each a sum
     # over the batch of a feature's value (a scalar of inp) times dz's row (one vector load). A task takes
-    # 16 input features, in register tiles of SUBTILES.
+    # 16 input features, ROWS at a time.
     k_n, n_n = inp.shape[0], inp.shape[1]
     nt = (n_n + L - 1) // L
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(ds.shape[0] * nt):
         ob, nb = t // nt, t % nt
-        for r0, rows in ti.static(SUBTILES):
-            f0 = nb * L + r0
-            acc = [V(0.0) for _ in ti.static(range(rows))]
+        for g in range(_groups(n_n - nb * L)):
+            f0 = nb * L + g * ROWS
+            acc = [V(0.0) for _ in ti.static(range(ROWS))]
             for k in range(k_n):
                 dv = ds[ob, k]
-                for i in ti.static(range(rows)):
+                for i in ti.static(range(ROWS)):
                     acc[i] += inp[k, ti.min(f0 + i, n_n - 1)] * dv
-            for i in ti.static(range(rows)):
+            for i in ti.static(range(ROWS)):
                 if f0 + i < n_n:
                     col = w_off + _column(f0 + i, n_n, cl_c)
                     for l in range(ti.min(L, m_n - ob * L)):
@@ -378,10 +391,11 @@ def linear_dinput_cpu(dinp: F2, dp: VA2, wv: VA2):
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
         mb, nb = t // nt, t % nt  # along the rows of dinp: its writes are most of the traffic when OUT is small
-        for r0, rows in ti.static(SUBTILES):
-            acc = _tile(dp, wv, mb, nb, k_n, r0, rows)
+        for g in range(_groups(m_n - mb * L)):
+            r0 = g * ROWS
+            acc = _tile(dp, wv, mb, nb, k_n, r0)
             m0, n0 = mb * L + r0, nb * L
-            for i in ti.static(range(rows)):
+            for i in ti.static(range(ROWS)):
                 if m0 + i < m_n:
                     for j in range(ti.min(L, n_n - n0)):
                         dinp[m0 + i, n0 + j] = acc[i][j]

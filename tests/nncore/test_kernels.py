@@ -58,13 +58,13 @@ def test_linear(arch, rng, b, n_in, n_out):
 
 
 @pytest.fixture(scope="module", params=["avx512", "avx2"])
-def subtiles(request):
+def tile_rows(request):
     """The CPU products with each register-tile layout (the machine's own picks one; both must be right)."""
-    saved = KG.SUBTILES
-    KG.SUBTILES = {"avx512": KG.SUBTILES_AVX512, "avx2": KG.SUBTILES_AVX2}[request.param]
+    saved = KG.ROWS
+    KG.ROWS = {"avx512": KG.ROWS_AVX512, "avx2": KG.ROWS_AVX2}[request.param]
     runtime.init("cpu-parallel")  # the kernels compile again, reading it
     yield request.param
-    KG.SUBTILES = saved
+    KG.ROWS = saved
     runtime.init("cpu-parallel")
 
 
@@ -77,10 +77,10 @@ def layout_rng(request, layout):
 @pytest.mark.parametrize("b,n_in,n_out,cl_c", [(1, 1, 1, 0), (5, 37, 13, 0), (16, 16, 16, 0), (33, 48, 32, 0),
                                                (17, 5, 130, 0), (40, 129, 67, 0), (256, 784, 1024, 0),
                                                (9, 45, 10, 5), (21, 48, 35, 3), (3, 169, 17, 13)])
-def test_linear_cpu_gemm(request, subtiles, b, n_in, n_out, cl_c):
+def test_linear_cpu_gemm(request, tile_rows, b, n_in, n_out, cl_c):
     """The register-tiled CPU kernels, on full tiles, partial tiles and sizes below one tile; with cl_c > 0, on
     an input that arrives channels-last (cl_c channels) while W keeps PyTorch's column order."""
-    rng = layout_rng(request, subtiles)
+    rng = layout_rng(request, tile_rows)
     x, w, bias = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in))), f32(rng.normal(size=n_out))
     dout = f32(rng.normal(size=(b, n_out)))
     # cols[i]: W's column for the kernel's input feature i; x_k: the input in the order the kernels receive it.
@@ -138,11 +138,11 @@ def test_linear_cpu_gemm(request, subtiles, b, n_in, n_out, cl_c):
 @pytest.mark.parametrize("kind,act,dact", [(1, R.relu, lambda y: (y > 0).astype(float)),
                                            (2, R.sigmoid, lambda y: y * (1 - y)), (3, np.tanh, lambda y: 1 - y * y)])
 @pytest.mark.parametrize("b,n_in,n_out", [(5, 37, 33), (40, 129, 67), (17, 16, 48)])
-def test_linear_cpu_gemm_fused_activation(request, subtiles, kind, act, dact, b, n_in, n_out):
+def test_linear_cpu_gemm_fused_activation(request, tile_rows, kind, act, dact, b, n_in, n_out):
     """The CPU products with the activation in the forward's epilogue (vector exp for Sigmoid and Tanh) and its
     derivative in backward's staging, against float64: pre-activations spread over +-40, so the exp runs over
     its whole range, including where the sigmoid saturates."""
-    rng = layout_rng(request, subtiles)
+    rng = layout_rng(request, tile_rows)
     x, w = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in)) * 8 / np.sqrt(n_in))
     bias, g = f32(rng.normal(size=n_out)), f32(rng.normal(size=(b, n_out)))
     params = np.concatenate([w.ravel(), bias])
