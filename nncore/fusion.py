@@ -146,11 +146,18 @@ class LinearAct:
 
     KINDS = {ReLU: 1, Sigmoid: 2, Tanh: 3}
 
-    def __init__(self, linear: Linear, act: Layer):
-        self.linear, self.kind = linear, self.KINDS[type(act)]
+    def __init__(self, linear: Linear, act: Layer, nxt: Linear | None = None):
+        # nxt: the narrow Linear right after the activation, on the CPU, when this part needs no input gradient:
+        # this part forms the gradient at its output from the gradient at nxt's output as it stages its own
+        # (K_gemm.stage_dz_from), so nxt's input gradient is never computed on its own (its Part has
+        # dinp_elsewhere, this one grad_from).
+        self.linear, self.kind, self.nxt = linear, self.KINDS[type(act)], nxt
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
-        return self.linear.scratch_shapes(batch, need_dinp)  # the split forward's partial sums, if it runs
+        shapes = self.linear.scratch_shapes(batch, need_dinp)  # (CUDA: the split forward's partial sums, if any)
+        if self.nxt is not None:
+            shapes["wn"] = ("v16", K_gemm.strips_shape(self.nxt.out_features, self.nxt.in_features))
+        return shapes
 
     def forward(self, out, inp, params, scratch) -> None:
         lin = self.linear
@@ -160,7 +167,10 @@ class LinearAct:
                                    partial=scratch.get("partial"))
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
-        lin = self.linear
+        lin, nxt = self.linear, self.nxt
+        if nxt is not None:  # dout: the gradient at nxt's output
+            K_gemm.weight_strips(scratch["wn"], params, nxt.offsets["weight"], nxt.in_features, 0)
+            return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind, scratch["wn"])
         if on_cpu():
             return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind)
         K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, out, params, lin.offsets["weight"], lin.offsets["bias"],
@@ -177,7 +187,7 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
             layer.cl_c = 0
     if not fuse:
         return [Part(i, i, [layer]) for i, layer in enumerate(layers)]
-    elsewhere = set()  # layers whose input gradient a fused conv part computes
+    elsewhere = set()  # layers whose input gradient an earlier part computes
     while i < len(layers):
         trio = layers[i:i + 3]
         if (len(trio) == 3 and isinstance(trio[0], Conv2D) and isinstance(trio[1], ReLU)
@@ -201,7 +211,14 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
             i += 3
         elif (len(trio) >= 2 and isinstance(trio[0], Linear) and type(trio[1]) in LinearAct.KINDS
               and (not cpu or K_gemm.staging_pays(trio[0].out_features))):
-            parts.append(Part(i, i + 1, trio[:2], LinearAct(trio[0], trio[1])))
+            # net-1h's 784 -> 1024 + Sigmoid, then 1,024 -> 10: the narrow Linear's input gradient is formed
+            # where it is used, in this part's staging (B x 1,024 floats neither written nor read back).
+            nxt = trio[2] if len(trio) == 3 and isinstance(trio[2], Linear) else None
+            nxt = nxt if cpu and not need_dinp[i] and nxt and not K_gemm.staging_pays(nxt.out_features) else None
+            if nxt is not None:
+                elsewhere.add(i + 2)
+            parts.append(Part(i, i + 1, trio[:2], LinearAct(trio[0], trio[1], nxt),
+                              grad_from=None if nxt is None else i + 3))
             i += 2
         else:
             parts.append(Part(i, i, [layers[i]], dinp_elsewhere=i in elsewhere))

@@ -154,15 +154,21 @@ class Linear(Layer):
         else:
             K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, partial=scratch.get("partial"))
 
-    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0):
-        """``out``: the output of the fused activation (``kind`` > 0, CPU), whose derivative it takes."""
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0, wn=None):
+        """``out``: the output of the fused activation (``kind`` > 0, CPU), whose derivative it takes. ``wn``
+        (CPU, nncore.fusion.LinearAct): the strips of the next Linear's W, ``dout`` then the gradient at that
+        Linear's output, from which the gradient at this layer's output is formed (no input gradient then)."""
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if "wt" in scratch:
-            K_gemm.stage_dz(scratch["ds"], dparams, dout, out, b_off, kind)
+            if wn is not None:
+                K_gemm.stage_dz_from(scratch["ds"], dparams, dout, wn, out, b_off, kind)
+            else:
+                K_gemm.stage_dz(scratch["ds"], dparams, dout, out, b_off, kind)
             if "xs" in scratch:
                 K_gemm.stage_strips(scratch["xs"], inp)
                 K_gemm.linear_dweight_cpu(dparams, scratch["ds"], scratch["xs"], w_off, self.out_features,
-                                          self.in_features, self.cl_c)
+                                          self.in_features, self.cl_c,
+                                          K_gemm.dweight_by_rows(self.out_features, self.in_features))
             else:
                 K_gemm.linear_dweight_cpu_narrow(dparams, scratch["ds"], inp, w_off, self.out_features, self.cl_c)
             if need_dinp:

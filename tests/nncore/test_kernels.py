@@ -113,7 +113,12 @@ def test_linear_cpu_gemm(request, tile_rows, b, n_in, n_out, cl_c):
     assert np.array_equal(strips[:, :n_in], x_k.astype(np.float32)) and np.all(strips[:, n_in:] == 0.0)
     dparams, dinp = nd(np.full(params.size, 9.0)), nans(b, n_in)
     KG.stage_dz(ds, dparams, nd(dout), nd(dout), b_off, 0)
-    KG.linear_dweight_cpu(dparams, ds, xs, w_off, n_out, n_in, cl_c)
+    # Tasks by rows and by columns of dW's tiles: the same sums, bit for bit.
+    cols_dparams = nd(np.full(params.size, 9.0))
+    KG.stage_dz(ds, cols_dparams, nd(dout), nd(dout), b_off, 0)
+    KG.linear_dweight_cpu(dparams, ds, xs, w_off, n_out, n_in, cl_c, True)
+    KG.linear_dweight_cpu(cols_dparams, ds, xs, w_off, n_out, n_in, cl_c, False)
+    assert np.array_equal(dparams.to_numpy(), cols_dparams.to_numpy())
     dp, wv = vec(KG.panels_shape(b, n_out)), vec(KG.strips_shape(n_out, n_in))
     KG.stage_panels(dp, nd(dout), nd(dout), 0)
     KG.weight_strips(wv, nd(params), w_off, n_in, cl_c)
@@ -166,7 +171,7 @@ def test_linear_cpu_gemm_fused_activation(request, tile_rows, kind, act, dact, b
     dparams, dinp = nans(params.size), nans(b, n_in)
     KG.stage_dz(ds, dparams, nd(g), out, w.size, kind)
     KG.stage_strips(xs, nd(x))
-    KG.linear_dweight_cpu(dparams, ds, xs, 0, n_out, n_in, 0)
+    KG.linear_dweight_cpu(dparams, ds, xs, 0, n_out, n_in, 0, KG.dweight_by_rows(n_out, n_in))
     KG.stage_panels(dp, nd(g), out, kind)
     KG.weight_strips(wv, nd(params), 0, n_in, 0)
     KG.linear_dinput_cpu(dinp, dp, wv)
@@ -174,6 +179,30 @@ def test_linear_cpu_gemm_fused_activation(request, tile_rows, kind, act, dact, b
     got = dparams.to_numpy()
     assert rel_err(got[:w.size].reshape(w.shape), dw) < BWD_TOL and rel_err(got[w.size:], db) < BWD_TOL
     assert rel_err(dinp.to_numpy(), dx) < BWD_TOL
+
+
+@pytest.mark.parametrize("kind,act,dact", [(0, lambda z: z, lambda y: np.ones_like(y)),
+                                           (1, R.relu, lambda y: (y > 0).astype(float)),
+                                           (2, R.sigmoid, lambda y: y * (1 - y)), (3, np.tanh, lambda y: 1 - y * y)])
+@pytest.mark.parametrize("b,n_out,n_next", [(5, 33, 10), (40, 67, 3), (17, 16, 31), (1, 1, 1)])
+def test_stage_dz_from_next_linear(cpu, rng, kind, act, dact, b, n_out, n_next):
+    """stage_dz_from (a wide Linear + activation whose output feeds a narrow Linear): the gradient at its
+    pre-activation formed from the gradient at the narrow Linear's output and that Linear's weights, staged as
+    strips (zero past OUT), and the bias gradient, against float64."""
+    out = act(f32(rng.normal(size=(b, n_out)) * 3))
+    w_next, d_next = f32(rng.normal(size=(n_next, n_out))), f32(rng.normal(size=(b, n_next)))
+    params = np.concatenate([[5.0], w_next.ravel()])
+    vec = lambda shape: runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=shape)  # noqa: E731
+    wn, ds = vec(KG.strips_shape(n_next, n_out)), vec(KG.strips_shape(b, n_out))
+    ds.from_numpy(np.full(ds.shape + (KG.L,), np.nan, np.float32))
+    KG.weight_strips(wn, nd(params), 1, n_out, 0)
+    dparams = nd(np.full(n_out + 2, 9.0))
+    KG.stage_dz_from(ds, dparams, nd(d_next), wn, nd(out), 1, kind)
+    dz = (d_next @ w_next) * dact(out.astype(np.float32).astype(np.float64))
+    strips = ds.to_numpy().transpose(1, 0, 2).reshape(b, -1)  # (b, 16 * ceil(OUT / 16))
+    assert rel_err(strips[:, :n_out], dz) < BWD_TOL and np.all(strips[:, n_out:] == 0.0)
+    got = dparams.to_numpy()
+    assert rel_err(got[1:n_out + 1], dz.sum(axis=0)) < BWD_TOL and got[0] == 9.0 and got[-1] == 9.0
 
 
 @pytest.mark.parametrize("kind,act", [(1, R.relu), (2, R.sigmoid), (3, np.tanh)])

@@ -117,6 +117,31 @@ def test_wide_mlp_gradients_match_finite_differences(arch, rng):
     _check_against_finite_differences(net, rng.normal(size=(17, 19)), rng.integers(0, 3, size=17))
 
 
+@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
+def test_narrow_linear_input_gradient_formed_where_used(arch, rng):
+    """net-1h's shape, small and odd (a Linear of 37 outputs + Sigmoid, then one of 7 + Sigmoid, MSE): on the CPU
+    the first part forms the gradient at its output from the narrow Linear's output gradient (the narrow part
+    computes no input gradient); gradients match finite differences and the plan without fusion."""
+    from nncore import fusion
+
+    runtime.ensure(arch)
+    layers = [{"type": "Flatten"}, {"type": "Linear", "out_features": 37}, {"type": "Sigmoid"},
+              {"type": "Linear", "out_features": 7}, {"type": "Sigmoid"}]
+    x, y = rng.normal(size=(21, 25)), rng.integers(0, 7, size=21)
+    net = Sequential(layers, [1, 5, 5], "mse", seed=4)
+    assert [(p.first, p.grad_from, p.dinp_elsewhere) for p in net.parts][1:3] == [(1, 4, False), (3, None, True)]
+    _check_against_finite_differences(net, x, y)
+    grads = net.grads.to_numpy().copy()
+    plain = Sequential(layers, [1, 5, 5], "mse", seed=4)
+    plain.parts = fusion.plan(plain.layers, plain.need_dinp, fuse=False)
+    ws = plain.workspace(21)
+    ws.load(x, y)
+    plain.forward(ws)
+    plain.loss_grad(ws)
+    plain.backward(ws)
+    assert rel_err(grads, plain.grads.to_numpy()) < 1e-5
+
+
 def _nbytes(arr) -> int:
     return int(np.prod(arr.shape)) * 4 * (arr.n if hasattr(arr, "n") else 1)
 
