@@ -77,7 +77,13 @@ def launch_command(ranks: int, train_args: list[str]) -> tuple[list[str], dict]:
     mpi4py's would start that many separate one-rank runs)."""
     cmd = [find_mpiexec() or "mpiexec", "-n", str(ranks), sys.executable, "-m", "nncore.cli", *train_args,
            "--distributed"]
-    return cmd, {**os.environ, "LAYERLAB_RANKS": str(ranks)}
+    env = {**os.environ, "LAYERLAB_RANKS": str(ranks)}
+    if os.geteuid() == 0:
+        # Open MPI's mpiexec refuses to start as root (containers often run as root) unless told twice; the user
+        # who asked for --ranks asked for the run. (Other MPIs ignore these variables.)
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return cmd, env
 
 
 def shard(batch: int, rank: int, size: int) -> tuple[int, int]:

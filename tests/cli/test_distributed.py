@@ -234,3 +234,18 @@ def test_a_json_config_that_is_not_an_object_is_refused(tmp_path):
     proc = layerlab("train", path)
     assert proc.returncode == 2
     one_line_error(proc, "a config must be a JSON object")
+
+
+@pytest.mark.parametrize("euid,preset,want", [(0, None, "1"), (0, "0", "0"), (1000, None, None)])
+def test_ranks_started_as_root_may_run_open_mpi(monkeypatch, euid, preset, want):
+    """As root, the mpiexec that --ranks starts gets Open MPI's two run-as-root variables (a user's own values
+    kept); as anyone else, nothing is added."""
+    monkeypatch.setattr(distributed.os, "geteuid", lambda: euid)
+    for var in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"):
+        if preset is None:
+            monkeypatch.delenv(var, raising=False)
+        else:
+            monkeypatch.setenv(var, preset)
+    cmd, env = distributed.launch_command(2, ["train", "cnn"])
+    assert cmd[1:3] == ["-n", "2"] and cmd[-1] == "--distributed" and env["LAYERLAB_RANKS"] == "2"
+    assert env.get("OMPI_ALLOW_RUN_AS_ROOT") == want and env.get("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM") == want
