@@ -18,12 +18,14 @@ Staging per product (all O(size of an operand), against the product's O(M*N*K)):
 - forward, out = act(inp @ W^T + b): A = inp as panels (``stage_panels``), B = W^T as strips, which are W's
   panels (packed from the parameters by the forward's own tasks, or by ``weight_panels`` for the direct one);
 - weight gradient, dW = dz^T @ inp with dz = dout * act'(out): A = dz^T, whose panels are dz's strips
-  (``stage_dz``, which also sums the bias gradient), B = inp as strips (``stage_strips``);
+  (``stage_dz``, which also sums the bias gradient; ``stage_dz_from`` where a narrow Linear follows and leaves
+  its input gradient, this layer's dout, to be formed here), B = inp as strips (``stage_strips``);
 - input gradient, dinp = dz @ W: A = dz as panels (``stage_panels`` with the activation), B = W as strips
   (``weight_strips``).
 The activation after a Linear (ReLU, Sigmoid, Tanh; ``kind`` 1-3, 0 for none) runs in the forward's epilogue on
 the tile's vectors, and its derivative in backward's staging: nncore.fusion fuses the pair on the CPU too.
-Partial tiles compute on zeros or clamped copies and store only what exists, so any shape works. Layers of few
+Partial tiles compute on zeros or clamped copies (or skip register tiles past their last row) and store only
+what exists, so any shape works. Layers of few
 outputs (``staging_pays``) read their input in place: the forward in ``linear_forward_cpu_direct``, the weight
 gradient in ``linear_dweight_cpu_narrow``, vectorised along the outputs. A Linear whose input arrives
 channels-last from a fused conv part maps its features to W's columns where it packs W or stores dW
