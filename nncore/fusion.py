@@ -168,11 +168,11 @@ class LinearAct:
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
         lin, nxt = self.linear, self.nxt
-        if nxt is not None:  # dout: the gradient at nxt's output
-            K_gemm.weight_strips(scratch["wn"], params, nxt.offsets["weight"], nxt.in_features, 0)
-            return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind, scratch["wn"])
         if on_cpu():
-            return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind)
+            if nxt is not None:  # dout: the gradient at nxt's output
+                K_gemm.weight_strips(scratch["wn"], params, nxt.offsets["weight"], nxt.in_features, 0)
+            return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind,
+                                scratch.get("wn"))
         K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, out, params, lin.offsets["weight"], lin.offsets["bias"],
                                     need_dinp, self.kind)
 
@@ -213,12 +213,13 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
               and (not cpu or K_gemm.staging_pays(trio[0].out_features))):
             # net-1h's 784 -> 1024 + Sigmoid, then 1,024 -> 10: the narrow Linear's input gradient is formed
             # where it is used, in this part's staging (B x 1,024 floats neither written nor read back).
-            nxt = trio[2] if len(trio) == 3 and isinstance(trio[2], Linear) else None
-            nxt = nxt if cpu and not need_dinp[i] and nxt and not K_gemm.staging_pays(nxt.out_features) else None
-            if nxt is not None:
+            nxt = trio[2] if len(trio) == 3 else None
+            narrow_next = (cpu and not need_dinp[i] and isinstance(nxt, Linear)
+                           and not K_gemm.staging_pays(nxt.out_features))
+            if narrow_next:
                 elsewhere.add(i + 2)
-            parts.append(Part(i, i + 1, trio[:2], LinearAct(trio[0], trio[1], nxt),
-                              grad_from=None if nxt is None else i + 3))
+            parts.append(Part(i, i + 1, trio[:2], LinearAct(trio[0], trio[1], nxt if narrow_next else None),
+                              grad_from=i + 3 if narrow_next else None))
             i += 2
         else:
             parts.append(Part(i, i, [layers[i]], dinp_elsewhere=i in elsewhere))

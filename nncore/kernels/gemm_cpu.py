@@ -47,8 +47,8 @@ ROWS_AVX2 = 4
 
 
 def _rows() -> int:
-    """Rows of a register tile: a 16 x 16 tile is computed ``L // ROWS`` register tiles at a time, by the CPU's
-    vector registers.
+    """Rows of a register tile, by the CPU's vector registers: a 16 x 16 tile is computed as ``L // ROWS``
+    register tiles, one after another.
 
     AVX-512 has 32 registers of 16 floats: the whole tile is one register tile (16 accumulators). AVX2 has 16
     registers of 8 floats, so a 16-wide row takes two: 16 rows would need 32 accumulators and spill to the stack.
@@ -57,9 +57,10 @@ def _rows() -> int:
     beside 66-70 for 6, 6 and 4). On an AVX-512 Xeon (the lent H100's host) 16 rows gave 67 GFLOP/s and 6 rows 62.
 
     A kernel holds one register tile's code and loops over a tile's row groups at run time (the group's first
-    row is a run-time lane of A's panel vector, which LLVM loads as a scalar broadcast): unrolling the groups
-    (6, 6 and 4 rows) ran no faster and tripled the machine code that Taichi regenerates at every start from its
-    offline cache (net-1h's first step: see docs/PERFORMANCE.md, "Time to the first step")."""
+    row is a run-time lane of A's panel vector, which LLVM loads as a scalar broadcast). The groups unrolled
+    (6, 6 and 4 rows) ran the forward no faster and the backward products 3-7% faster, but the machine code that
+    Taichi regenerates from its offline cache at every start took 2.5x as long for net-1h's five products
+    (1.36 s against 0.55: docs/PERFORMANCE.md, "The AMD EPYC, the next session")."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             avx512 = any(line.startswith("flags") and " avx512f" in line for line in fh)
