@@ -187,6 +187,7 @@ def _train(args) -> int:
 
     # First of all: a rank interrupted inside MPI's start-up must not leave the others waiting in it.
     signal.signal(signal.SIGINT, on_sigint)
+    from nncore.config import check_run
     from nncore.events import RunFailed
     from nncore.report import TextReporter
     from nncore.train import Trainer
@@ -202,6 +203,7 @@ def _train(args) -> int:
                                   f"of {want} ranks: it belongs to another MPI than mpi4py's; {INSTALL_HINT}, or "
                                   "name the right one in LAYERLAB_MPIEXEC")
         cfg = _config(args)
+        check_run(cfg)  # the dataset and the network's fit to it, before a backend starts (the app checks alike)
         # Fail before training, not after it, when the weights could not be written.
         for flag, path in (("--save-weights", args.save_weights), ("--checkpoint", args.checkpoint)):
             if path and not Path(path).resolve().parent.is_dir():

@@ -31,9 +31,11 @@ _NONNEG = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and
 _FRAC = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1, "a number in [0, 1)")
 _BOOL = (lambda v: isinstance(v, bool), "true or false")
 _STR = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
+OPTIMIZER_NAMES = ("sgd", "adam")  # nncore.optim.OPTIMIZERS, named here so that checking a config loads no kernels
+_OPTIMIZER = (lambda v: isinstance(v, str) and v.lower() in OPTIMIZER_NAMES, "one of " + ", ".join(OPTIMIZER_NAMES))
 
 TRAIN_FIELDS = {
-    "epochs": (5, _INT), "batch_size": (64, _INT), "lr": (0.1, _POS), "optimizer": ("sgd", _STR),
+    "epochs": (5, _INT), "batch_size": (64, _INT), "lr": (0.1, _POS), "optimizer": ("sgd", _OPTIMIZER),
     "momentum": (0.0, _FRAC), "weight_decay": (0.0, _NONNEG),
     "seed": (0, _NONNEG_INT), "shuffle": (True, _BOOL), "arch": ("cpu-parallel", _STR),
     "threads": (None, _INT), "timing_every": (10, _INT), "log_every": (0, _NONNEG_INT),
@@ -57,7 +59,7 @@ class RunConfig:
         self.train = _fill("train", self.train, TRAIN_FIELDS, self.source)
         if self.train["arch"] not in ARCHS:
             raise ConfigError(f"{self.source}: train.arch {self.train['arch']!r} is unknown; choose one of "
-                              f"{', '.join(ARCHS)}")
+                              f"{', '.join(ARCHS)}", field="train.arch")
 
     def override(self, section: str, **values) -> "RunConfig":
         """A copy with the given fields replaced (None values are ignored)."""
@@ -85,13 +87,14 @@ def _fill(section: str, given: dict, spec: dict, source: str) -> dict:
         raise ConfigError(f"{source}: [{section}] must be a table")
     unknown = sorted(set(given) - set(spec))
     if unknown:
-        raise ConfigError(f"{source}: unknown field {section}.{unknown[0]} (allowed: {', '.join(spec)})")
+        raise ConfigError(f"{source}: unknown field {section}.{unknown[0]} (allowed: {', '.join(spec)})",
+                          field=f"{section}.{unknown[0]}")
     out = {}
     for name, (default, (check, allowed)) in spec.items():
         value = given.get(name, default)
         if value is not None and not check(value):
-            raise ConfigError(f"{source}: {section}.{name} = {value!r} must be {allowed}")
-        out[name] = value
+            raise ConfigError(f"{source}: {section}.{name} = {value!r} must be {allowed}", field=f"{section}.{name}")
+        out[name] = value.lower() if name == "optimizer" else value
     return out
 
 
@@ -124,6 +127,40 @@ def load_config(path) -> RunConfig:
     if not isinstance(doc.get("model"), dict):
         raise ConfigError(f"{p}: missing [model] table")
     return RunConfig(doc["model"], doc.get("data", {}), doc.get("train", {}), source=str(p))
+
+
+def fit_model(model: dict, info) -> tuple[dict, list, object]:
+    """The model spec with its input taken from the dataset where it names none, checked against the dataset
+    (``info``: a :class:`nncore.data.DatasetInfo` or a loaded Dataset): input shape, loss, class count.
+    Returns the spec, its layers and its loss; raises ConfigError naming the culprit."""
+    from .network import _input_shape, check_spec
+
+    model = dict(model)
+    model.setdefault("input", list(info.input_shape))
+    shape = _input_shape(model["input"])
+    layers, loss = check_spec(model)
+    if shape != tuple(info.input_shape):
+        raise ConfigError(f"model.input {list(shape)} does not match dataset {info.name}'s {list(info.input_shape)}",
+                          field="model.input")
+    if loss is None:
+        raise ConfigError("model.loss is missing (cross_entropy, bce or mse)", field="model.loss")
+    try:
+        loss.check_classes(info.n_classes, f"dataset {info.name}")
+    except ConfigError as exc:  # the output layer is the one to change
+        raise ConfigError(str(exc), layer=len(layers) - 1) from None
+    return model, layers, loss
+
+
+def check_run(cfg: RunConfig):
+    """Everything about a run that can be known without a backend or the data itself: the dataset exists and
+    the network fits it. The CLI checks this before it starts a backend, the app before it opens a config or
+    starts a run, so both refuse the same configs with the same message. Returns the DatasetInfo."""
+    from .data import describe
+
+    d = cfg.data
+    info = describe(cfg.dataset_name(), d["path"], samples=d["samples"], noise=d["noise"], test_ratio=d["test_ratio"])
+    fit_model(cfg.model, info)
+    return info
 
 
 def preset_configs() -> dict[str, Path]:

@@ -99,16 +99,20 @@ def _points(name: str, n: int, noise: float, rng: np.random.Generator) -> tuple[
     return p, np.repeat([1, 0], [half, n - half]).astype(np.int32)
 
 
+def _check_synthetic(samples, noise, test_ratio) -> None:
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 4:
+        raise ConfigError(f"samples {samples!r} must be an integer >= 4", field="data.samples")
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= 1:
+        raise ConfigError(f"noise {noise!r} must be in [0, 1]", field="data.noise")
+    if isinstance(test_ratio, bool) or not isinstance(test_ratio, (int, float)) or not 0 < test_ratio < 1:
+        raise ConfigError(f"test_ratio {test_ratio!r} must be in (0, 1)", field="data.test_ratio")
+
+
 def synthetic(name: str, samples: int = 1000, noise: float = 0.0, test_ratio: float = 0.2,
               seed: int = 0) -> Dataset:
     if name not in SYNTHETIC:
-        raise ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(SYNTHETIC)}")
-    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 4:
-        raise ConfigError(f"samples {samples!r} must be an integer >= 4")
-    if not isinstance(noise, (int, float)) or not 0 <= noise <= 1:
-        raise ConfigError(f"noise {noise!r} must be in [0, 1]")
-    if not isinstance(test_ratio, (int, float)) or not 0 < test_ratio < 1:
-        raise ConfigError(f"test_ratio {test_ratio!r} must be in (0, 1)")
+        raise ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(SYNTHETIC)}", field="data.dataset")
+    _check_synthetic(samples, noise, test_ratio)
     rng = np.random.default_rng(seed)
     x, y = _points(name, samples, float(noise), rng)
     order = rng.permutation(samples)
@@ -122,6 +126,21 @@ def _open(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+def _header(path: Path, raw: bytes) -> tuple[int, ...]:
+    """The dimensions an IDX file's first bytes declare; DataError naming the file if they are not an IDX
+    header of unsigned bytes with 1 (labels) or 3 (images) dimensions."""
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
+        raise DataError(f"{path}: not an IDX file (bad magic number {raw[:4].hex() or 'empty'})")
+    if raw[2] != 0x08:
+        raise DataError(f"{path}: IDX element type 0x{raw[2]:02x} is not unsigned byte (0x08)")
+    ndim = raw[3]
+    if ndim not in (1, 3):
+        raise DataError(f"{path}: IDX with {ndim} dimensions; expected 1 (labels) or 3 (images)")
+    if len(raw) < 4 + 4 * ndim:
+        raise DataError(f"{path}: truncated header")
+    return struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
+
+
 def read_idx(path) -> np.ndarray:
     """One IDX file (raw or .gz) of unsigned bytes: images (N, H, W) or labels (N,)."""
     path = Path(path)
@@ -132,16 +151,8 @@ def read_idx(path) -> np.ndarray:
         raise DataError(f"{path}: no such file") from None
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise DataError(f"{path}: cannot read ({exc})") from None
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
-        raise DataError(f"{path}: not an IDX file (bad magic number {raw[:4].hex() or 'empty'})")
-    if raw[2] != 0x08:
-        raise DataError(f"{path}: IDX element type 0x{raw[2]:02x} is not unsigned byte (0x08)")
-    ndim = raw[3]
-    if ndim not in (1, 3):
-        raise DataError(f"{path}: IDX with {ndim} dimensions; expected 1 (labels) or 3 (images)")
-    if len(raw) < 4 + 4 * ndim:
-        raise DataError(f"{path}: truncated header")
-    dims = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
+    dims = _header(path, raw)
+    ndim = len(dims)
     need = 4 + 4 * ndim + math.prod(dims)
     if len(raw) < need:
         raise DataError(f"{path}: truncated ({len(raw)} bytes, the header promises {need})")
@@ -184,6 +195,53 @@ def load_idx_dir(directory, name: str | None = None, n_classes: int = 10) -> Dat
     scale = lambda a: (a.astype(np.float32) / 255.0)[:, None]  # noqa: E731
     return Dataset(name or directory.name, scale(xtr), ytr.astype(np.int32), scale(xte), yte.astype(np.int32),
                    n_classes=n_classes)
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a dataset holds, known without loading it: what a network must fit."""
+
+    name: str
+    input_shape: tuple[int, ...]
+    n_classes: int
+
+
+def _idx_dims(path: Path) -> tuple[int, ...]:
+    """The dimensions an IDX file's header declares (its first 16 bytes at most)."""
+    try:
+        with _open(path) as fh:
+            head = fh.read(16)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise DataError(f"{path}: cannot read ({exc})") from None
+    return _header(path, head)
+
+
+def describe(name: str | None = None, directory=None, *, samples: int = 1000, noise: float = 0.0,
+             test_ratio: float = 0.2) -> DatasetInfo:
+    """Input shape and class count of a dataset by name or IDX directory, reading at most the IDX headers.
+
+    Raises the same DataError or ConfigError that loading it would for a missing directory, a missing file,
+    an unknown name or a bad synthetic size; a file whose body is damaged is found only when it is loaded."""
+    if directory is not None:
+        directory = Path(directory)
+        if not directory.is_dir():
+            raise DataError(f"{directory}: no such directory")
+        dims = [_idx_dims(_find_file(directory, stem)) for part in ("train", "test") for stem in IDX_FILES[part]]
+        if len(dims[0]) != 3 or len(dims[2]) != 3:
+            raise DataError(f"{directory}: the image files do not hold images (N, H, W)")
+        return DatasetInfo(directory.name, (1, *dims[0][1:]), 10)
+    if name in SYNTHETIC:
+        _check_synthetic(samples, noise, test_ratio)
+        return DatasetInfo(name, (2,), 2)
+    if name == "fashion-subset":
+        return DatasetInfo(name, (1, 28, 28), 10)
+    if name == "fashion-mnist":
+        if not DEBIAN_FASHION.is_dir():
+            raise DataError(f"{DEBIAN_FASHION}: not installed (apt-get install dataset-fashion-mnist), "
+                            "or pass --data DIR")
+        return DatasetInfo(name, (1, 28, 28), 10)
+    raise ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(available_datasets())} "
+                      "or give an IDX directory")
 
 
 def available_datasets() -> dict[str, str]:

@@ -13,13 +13,14 @@ class LayerlabError(Exception):
 
 
 class ConfigError(LayerlabError, ValueError):
-    """A network spec, config file or argument is invalid (exit 2). ``layer`` is the index at fault, if any."""
+    """A network spec, config file or argument is invalid (exit 2). ``layer`` is the index at fault, if any;
+    ``field`` the config field (``model.input``), where the app should mark it."""
 
     exit_code = 2
 
-    def __init__(self, message: str, layer: int | None = None):
+    def __init__(self, message: str, layer: int | None = None, field: str | None = None):
         super().__init__(message)
-        self.layer = layer
+        self.layer, self.field = layer, field
 
 
 class DataError(LayerlabError, ValueError):

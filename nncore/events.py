@@ -92,11 +92,11 @@ class RunFinished(Event):
     kind = "run_finished"
     epochs: int
     steps: int
-    test_loss: float
-    test_acc: float
-    best_test_acc: float
-    total_s: float
-    samples_per_s: float
+    test_loss: float | None  # None: stopped before the first evaluation
+    test_acc: float | None
+    best_test_acc: float | None
+    total_s: float  # wall time, paused time excluded
+    samples_per_s: float | None  # training samples over training time, paused time excluded; None: no step ran
     stopped: bool  # True when a stop request ended the run early
     weights: str | None = None  # where the final weights were saved, if asked
     first_step_s: float = 0.0  # wall time of step 1, which includes compiling (or loading) the kernels

@@ -21,15 +21,20 @@ ALIASES = {
 }
 
 
+def canonical(name) -> str:
+    """The loss's own name for ``name`` or one of its aliases; ConfigError if there is none."""
+    key = str(name).lower().replace("-", "_")
+    key = ALIASES.get(key, key)
+    if key not in LOSSES:
+        raise ConfigError(f"loss {name!r} is unknown; choose one of {', '.join(LOSSES)}", field="model.loss")
+    return key
+
+
 class Loss:
     """A loss bound to the network's output shape; ``n_classes`` is what the labels range over."""
 
     def __init__(self, name: str, out_shape: tuple[int, ...]):
-        key = str(name).lower().replace("-", "_")
-        key = ALIASES.get(key, key)
-        if key not in LOSSES:
-            raise ConfigError(f"loss {name!r} is unknown; choose one of {', '.join(LOSSES)}")
-        self.name = key
+        self.name = key = canonical(name)
         if len(out_shape) != 1:
             raise ConfigError(f"loss {key} needs a flat output, but the last layer gives {tuple(out_shape)}; "
                               "end the network with Flatten and Linear")

@@ -58,14 +58,15 @@ def _input_shape(value) -> tuple[int, ...]:
         value = [value]
     if (not isinstance(value, (list, tuple)) or len(value) not in (1, 3)
             or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in value)):
-        raise ConfigError(f"input {value!r} must be [features] or [channels, height, width] of positive integers")
+        raise ConfigError(f"input {value!r} must be [features] or [channels, height, width] of positive integers",
+                          field="model.input")
     return tuple(value)
 
 
 def build_layers(layers, input_shape) -> tuple[tuple[int, ...], list[Layer]]:
     """Shape inference and validation only: no Taichi runtime, no buffers (the app calls this live)."""
     if not isinstance(layers, list) or not layers:
-        raise ConfigError("layers must be a non-empty list of layer tables")
+        raise ConfigError("layers must be a non-empty list of layer tables", field="model.layers")
     shape = _input_shape(input_shape)
     built = []
     for i, raw in enumerate(layers):
@@ -82,10 +83,13 @@ def check_spec(spec: dict) -> tuple[list[Layer], Loss | None]:
     if unknown:
         raise ConfigError(f"model: unknown field {unknown[0]!r} (allowed: input, layers, loss)")
     if "input" not in spec:
-        raise ConfigError("model: missing field 'input' (e.g. input = [1, 28, 28])")
+        raise ConfigError("model: missing field 'input' (e.g. input = [1, 28, 28])", field="model.input")
     _, layers = build_layers(spec.get("layers"), spec["input"])
     loss = spec.get("loss")
-    return layers, (Loss(loss, layers[-1].out_shape) if loss is not None else None)
+    try:
+        return layers, (Loss(loss, layers[-1].out_shape) if loss is not None else None)
+    except ConfigError as exc:  # a loss that does not fit the output: the last layer is the one to change
+        raise ConfigError(str(exc), layer=None if exc.field else len(layers) - 1, field=exc.field) from None
 
 
 def needs_input_grad(layers: list[Layer]) -> list[bool]:

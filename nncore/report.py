@@ -48,7 +48,8 @@ class TextReporter:
             self._t_epoch = time.perf_counter()
             if not self.quiet:
                 name = event.config.get("data", {}).get("dataset") or event.config["data"].get("path")
-                self._line(f"layerlab: {event.arch} ({event.threads} threads) on {event.device}; "
+                threads = f"{event.threads} thread{'' if event.threads == 1 else 's'}"
+                self._line(f"layerlab: {event.arch} ({threads}) on {event.device}; "
                            f"{event.n_params:,} parameters; {name}: {event.train_samples:,} train / "
                            f"{event.test_samples:,} test; {event.steps_per_epoch} steps per epoch")
                 if event.ranks > 1:
@@ -93,6 +94,7 @@ class TextReporter:
                 self._line("  " + row)
         state = "stopped" if event.stopped else "done"
         saved = f"; weights saved to {event.weights}" if event.weights else ""
-        self._line(f"{state}: {event.epochs} epoch(s), {event.steps} steps, test acc {event.test_acc:.4f} "
-                   f"(best {event.best_test_acc:.4f}), {event.samples_per_s:,.0f} samples/s, "
-                   f"{event.total_s:.1f} s{saved}")
+        acc = ("no evaluation yet" if event.test_acc is None else
+               f"test acc {event.test_acc:.4f} (best {event.best_test_acc:.4f})")
+        rate = "" if event.samples_per_s is None else f"{event.samples_per_s:,.0f} samples/s, "
+        self._line(f"{state}: {event.epochs} epoch(s), {event.steps} steps, {acc}, {rate}{event.total_s:.1f} s{saved}")

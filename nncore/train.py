@@ -26,14 +26,14 @@ import numpy as np
 
 from . import data as datasets
 from . import runtime
-from .config import RunConfig
+from .config import RunConfig, fit_model
 from .distributed import RankFailed
 from .errors import ConfigError, DivergedError, LayerlabError
 from .events import EpochEnd, Event, LayerTiming, RunFailed, RunFinished, RunStarted, Step
 from .kernels.data import gather_rows
 from .kernels.loss import check_finite, count_correct, loss_accumulate
 from . import checkpoint as ckpt
-from .network import Sequential, _input_shape
+from .network import Sequential
 from .optim import make_optimizer
 from .runtime import ti
 
@@ -121,15 +121,8 @@ class Trainer:
         # Ranks sharing a host share its cores: their workers are left to the scheduler, not pinned.
         info = runtime.init(tr["arch"], threads, pin=cl is None or cl.local_size == 1)
         ds = dataset_for(self.cfg)
-        model = dict(self.cfg.model)
-        model.setdefault("input", list(ds.input_shape))
-        shape = _input_shape(model["input"])
-        if shape != ds.input_shape:
-            raise ConfigError(f"model.input {list(shape)} does not match dataset {ds.name}'s {list(ds.input_shape)}")
+        model, _, _ = fit_model(self.cfg.model, ds)
         self.net = net = Sequential.from_spec(model, seed=tr["seed"])
-        if net.loss is None:
-            raise ConfigError("model.loss is missing (cross_entropy, bce or mse)")
-        net.loss.check_classes(ds.n_classes, f"dataset {ds.name}")
         if self.init_weights:
             net.load_weights(self.init_weights)
         opt_args = {"lr": tr["lr"], "weight_decay": tr["weight_decay"]}
@@ -204,8 +197,14 @@ class Trainer:
 
     def _stopping(self) -> bool:
         """Poll for a stop between steps; a distributed run stops when any rank asked, as told by the last
-        gradient all-reduce."""
-        return self.stop_agreed if self.cluster is not None else self.should_stop()
+        gradient all-reduce. A controller may block here while the run is paused: that time is counted in
+        ``paused_s`` and left out of every rate and time the run reports."""
+        if self.cluster is not None:
+            return self.stop_agreed
+        t = time.perf_counter()
+        stop = self.should_stop()
+        self.paused_s += time.perf_counter() - t
+        return stop
 
     def _reduce(self, scale: float) -> None:
         self.stop_agreed = self.cluster.allreduce_grads(self.net.grads, scale, self.should_stop())
@@ -225,6 +224,8 @@ class Trainer:
             self.acc.fill(0.0)
         cl = self.cluster
         timer, t0, done, mine = _Timer(self.net, cl is not None), time.perf_counter(), 0, 0
+        paused0 = self.paused_s
+        active = lambda: time.perf_counter() - t0 - (self.paused_s - paused0)  # noqa: E731 (seconds not paused)
         if cl is not None:
             cl.comm_s = 0.0
         for start in range(offset, n, self.batch):
@@ -252,19 +253,19 @@ class Trainer:
             mine += nb
             if self.step == 1:
                 runtime.sync()
-                self.first_step_s = time.perf_counter() - t0
+                self.first_step_s = active()
             # (log_next is the app's single step; a distributed run has none: collectives follow from here)
             if self.step % self.log_every == 0 or (self.log_next and cl is None):
                 self.log_next = False
                 self._check_diverged()
-                elapsed = max(time.perf_counter() - t0, 1e-9)
+                elapsed = max(active(), 1e-9)
                 loss = self._global_sum(ws.loss_value() * nb if nb else 0.0) / b
                 share = cl.comm_s / elapsed if cl is not None else None
                 self.emit(Step(self.epoch, self.step, loss, done / elapsed, share))
             if self.every and self.every[1] == "steps" and self.step % self.every[0] == 0:
-                self._save_checkpoint(start + b, done, time.perf_counter() - t0)
+                self._save_checkpoint(start + b, done, active())
         runtime.sync()
-        elapsed = time.perf_counter() - t0
+        elapsed = active()
         self._check_diverged()
         self.samples_done += done
         self.train_s += elapsed
@@ -340,7 +341,7 @@ class Trainer:
     def run(self) -> Event:
         """Train to the end (or a stop request); returns the final event, also emitted."""
         t0 = time.perf_counter()
-        self.samples_done, self.train_s, self.first_step_s = 0, 0.0, 0.0
+        self.samples_done, self.train_s, self.first_step_s, self.paused_s = 0, 0.0, 0.0, 0.0
         self.best, self.start_epoch = 0.0, 1
         last, stopped = None, False
         try:
@@ -358,10 +359,12 @@ class Trainer:
                     self._save_checkpoint(len(self.ds.x_train))
             if self.save_weights and self.root:
                 self.net.save_weights(self.save_weights)
-            end = RunFinished(last.epoch if last else 0, self.step, last.test_loss if last else float("nan"),
-                              last.test_acc if last else 0.0, self.best, time.perf_counter() - t0,
-                              self.samples_done / max(self.train_s, 1e-9), stopped,
-                              str(self.save_weights) if self.save_weights else None, self.first_step_s)
+            # No evaluation yet (stopped in the first epoch): no accuracy or loss to report, not zeros.
+            end = RunFinished(last.epoch if last else 0, self.step, last.test_loss if last else None,
+                              last.test_acc if last else None, self.best if last or self.start_epoch > 1 else None,
+                              time.perf_counter() - t0 - self.paused_s,
+                              self.samples_done / self.train_s if self.samples_done and self.train_s > 0 else None,
+                              stopped, str(self.save_weights) if self.save_weights else None, self.first_step_s)
         except LayerlabError as exc:
             end = RunFailed(str(exc), exc.exit_code, self.epoch, self.step)
             # In a distributed run, a failure that only this rank saw leaves the others waiting in a

@@ -1,5 +1,6 @@
 """The headless CLI as a user runs it: exit codes, one-line errors, JSON lines, Ctrl-C, no Textual."""
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def test_human_output_has_epochs_and_a_timing_table():
     proc = layerlab("train", "quadrant", "--epochs", "2", "--arch", "cpu-serial")
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "cpu-serial (1 threads)" in out and "epoch   2" in out
+    assert "cpu-serial (1 thread)" in out and "epoch   2" in out
     assert "layer 0 (Linear)" in out and "GFLOP/s" in out and "test acc" in out.splitlines()[-1]
 
 
@@ -151,15 +152,29 @@ def test_no_arguments_opens_the_app_on_the_default(monkeypatch):
     opened = []
     monkeypatch.setattr(tui.app, "run_app", lambda config=None: opened.append(config) or 0)
     assert launch.main([]) == 0 and launch.main(["tui", "cnn"]) == 0
-    assert opened == ["quadrant", "cnn"]
+    assert opened == [None, "cnn"]  # None: the app's default, quadrant
     assert launch.main(["archs"]) == 0  # anything else goes to the headless CLI
 
 
-def test_tui_with_a_bad_config_exits_2_before_opening(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "tui.launch", "tui", str(tmp_path / "nope.toml")],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2
-    one_line_error(proc, "nope.toml: no such file")
+def test_tui_usage_errors_exit_2_and_help_exits_0():
+    proc = subprocess.run([sys.executable, "-m", "tui.launch", "tui", "a.toml", "b.toml"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "unexpected argument 'b.toml'" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "tui.launch", "tui", "--help"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: layerlab [tui [CONFIG]]")
+    proc = subprocess.run([sys.executable, "-m", "tui.launch", "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("layerlab ")
+
+
+def test_saved_weights_get_the_users_umask(tmp_path):
+    out = tmp_path / "w.npz"
+    proc = layerlab("train", "quadrant", *QUICK, "--quiet", "--save-weights", out, preexec_fn=lambda: os.umask(0o027))
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_mode & 0o777 == 0o640  # 0o666 less the umask, as open() would make it
+    proc = layerlab("train", "quadrant", *QUICK, "--quiet", "--save-weights", out)
+    assert out.stat().st_mode & 0o777 == 0o640  # replacing a file keeps its mode
 
 
 def test_sweep_writes_csv_and_json_with_amdahl(tmp_path):

@@ -99,3 +99,41 @@ def test_classes_are_checked_against_the_loss():
                      "loss": "cross_entropy"}, {"dataset": "fashion-subset", "limit": 10})
     _, end = run(cfg)
     assert isinstance(end, ev.RunFailed) and "fit for 3 classes, but the dataset fashion-subset has 10" in end.error
+
+
+def test_paused_time_is_left_out_of_rates_and_times():
+    """A controller that blocks in should_stop (the app's pause) for 1 s: no epoch time, rate or total counts it."""
+    import time
+
+    cfg = load_config("quadrant").override("train", epochs=2, arch="cpu-serial")
+    calls = []
+
+    def pause_once():
+        calls.append(1)
+        if len(calls) == 20:
+            time.sleep(1.0)
+        return False
+
+    t0 = time.perf_counter()
+    events, end = run(cfg, should_stop=pause_once)
+    wall = time.perf_counter() - t0
+    epochs = [e for e in events if isinstance(e, ev.EpochEnd)]
+    last_step = [e for e in events if isinstance(e, ev.Step) and e.epoch == 1][-1]
+    train_samples = events[0].train_samples
+    assert epochs[0].epoch_s < wall - 1.0 and end.total_s < wall - 0.9
+    assert epochs[0].samples_per_s == pytest.approx(train_samples / epochs[0].epoch_s)
+    assert end.samples_per_s == pytest.approx(2 * train_samples / sum(e.epoch_s for e in epochs))
+    # The epoch's last reported rate is near the epoch's own (counting the pause it would be a fraction of it).
+    assert last_step.step > 20 and last_step.samples_per_s > 0.7 * epochs[0].samples_per_s
+
+
+def test_a_stop_before_the_first_evaluation_reports_no_accuracy():
+    cfg = load_config("quadrant")
+    calls = []
+    events, end = run(cfg, should_stop=lambda: len(calls.append(1) or calls) > 5)
+    assert isinstance(end, ev.RunFinished) and end.stopped and end.epochs == 0 and end.steps == 5
+    assert end.test_acc is None and end.test_loss is None and end.best_test_acc is None
+    assert end.samples_per_s is not None and end.samples_per_s > 0
+    assert ev.from_json(end.to_json()) == end
+    events, end = run(cfg, should_stop=lambda: True)  # not one step: no rate either
+    assert end.steps == 0 and end.samples_per_s is None and end.test_acc is None
