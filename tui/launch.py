@@ -5,32 +5,43 @@ The engine's CLI (nncore.cli) never imports the app; this launcher sits on the a
 from __future__ import annotations
 
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 from nncore import cli
-from nncore.errors import LayerlabError
 
-DEFAULT_CONFIG = "quadrant"
+USAGE = """usage: layerlab [tui [CONFIG]]
+       layerlab {train,archs,bench,sweep,lockstep} ... (layerlab --help)
+
+Open the terminal app on CONFIG: a config file, or the name of one in assets/configs (quadrant, cnn, net-1h,
+...); the default is quadrant. A config the app cannot open is refused there with the reason, and the app opens
+on the default. Inside the app, F12 or ? shows every key.
+"""
+
+
+def _version() -> str:
+    try:
+        return version("layerlab")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("--version", "-V"):
+        print(f"layerlab {_version()}")
+        return cli.EXIT_OK
     if argv and argv[0] != "tui":
         return cli.main(argv)
     args = argv[1:]
+    if any(a in ("-h", "--help") for a in args):
+        print(USAGE, end="")
+        return cli.EXIT_OK
     if len(args) > 1 or (args and args[0].startswith("-")):
-        print("usage: layerlab [tui [CONFIG]] | layerlab {train,archs,bench,sweep,lockstep} ...", file=sys.stderr)
+        print(f"layerlab: error: unexpected argument {args[-1]!r}\n{USAGE}", end="", file=sys.stderr)
         return cli.EXIT_CONFIG
-    config = args[0] if args else DEFAULT_CONFIG
-    from nncore.config import load_config
-
-    try:
-        load_config(config)  # a bad path or file: one line and exit 2, before the screen is taken over
-    except LayerlabError as exc:
-        print(f"layerlab: error: {exc}", file=sys.stderr)
-        return exc.exit_code
     from tui.app import run_app
 
-    return run_app(config)
+    return run_app(args[0] if args else None)
 
 
 if __name__ == "__main__":

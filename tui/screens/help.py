@@ -1,4 +1,4 @@
-"""The help screen: every key of the app, by view."""
+"""The help screen: every key of the app (from tui.keys, as the footer and the README), and how to close it."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
@@ -7,35 +7,36 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-KEYS = """\
+from tui.guard import Guarded
+from tui.keys import key_table_markdown
+
+HELP = f"""\
 # layerlab keys
 
-| key | does |
-|---|---|
-| `1` … `5` | Model, Data & training, Train, Runs, Analysis |
-| `s` | start training the network in the editor |
-| `p` | pause / resume |
-| `n` | one step, while paused |
-| `x` | stop (the run is kept in the Runs table) |
-| `b` | switch to the next available backend |
-| `r` | rerun the selected run (Runs view) on the next backend |
-| `e` | export the Runs table as CSV and JSON |
-| `w` | run a scaling sweep of the network in the editor (Analysis view) |
-| `a` / `d` | add a layer after the selected one / remove it (Model view) |
-| `shift+up` / `shift+down` | move the selected layer |
-| `ctrl+s` / `ctrl+o` | save the network and settings as a config / open one |
-| `ctrl+p` | command palette (start, stop, export, backends) |
-| `?` | this help · `q` quit (stops a run cleanly) |
+Close this help with **Escape**, **?** or **F12**.
 
-In the Model view, pick a layer in the table and edit its type and parameters below it
-(`out_channels=8, kernel_size=3`, pairs as `3x2`). An invalid network is marked at the layer at fault and
-training stays disabled until it is fixed.
+A plain key (a letter, a digit, `?`) acts where nothing is typed; in a text field it is typed. The keys in
+the second column act everywhere, text fields included, and the footer shows the one that works where you
+are. **Escape** leaves a text field.
+
+{key_table_markdown()}
+
+**Model view.** Pick a layer in the table (Enter edits it) and change its type and parameters in the fields
+below it; an empty field means the default shown in grey. A value that does not parse is marked where it is
+typed and the layer keeps its last good value. The network is checked against the dataset chosen in the Data
+& training view (input shape, output width against the classes); an invalid network is marked at the layer
+at fault and training stays disabled until it is fixed.
+
+**Numbers.** samples/s, the ETA and the Runs view leave paused time out; a run stopped before its first
+epoch ends shows — for its accuracy. Per-part timings come from synced steps (each part launched and waited
+for on its own), so they include per-launch costs the measured step does not pay: compare parts within a
+backend, and backends by samples/s.
 """
 
 
-class HelpScreen(ModalScreen):
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", id="close_help")]
+class HelpScreen(Guarded, ModalScreen):
+    BINDINGS = [Binding("escape,question_mark,f12,q", "dismiss", "Close", id="close_help")]
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Markdown(KEYS)
+            yield Markdown(HELP)

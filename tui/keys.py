@@ -1,0 +1,106 @@
+"""Every key of the app in one table: the bindings, the footer, the help screen and the README's key table all
+come from it (a test holds the README to it).
+
+The rule that keeps keys and typing apart: a plain key (a letter, a digit, ``?``) acts only where nothing is
+typed; in a text field it is typed, as the user meant. So every action with a plain key also has a function
+key or a ctrl+ chord that works everywhere, text fields included, and the footer shows whichever of the two
+works where the focus is. Escape leaves a text field.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+TABS = ("model", "settings", "train", "runs", "analysis")
+TAB_TITLES = ("Model", "Data & training", "Train", "Runs", "Analysis")
+
+
+@dataclass(frozen=True)
+class Key:
+    plain: str | None  # acts outside text fields ("s"); None: no plain key
+    anywhere: str | None  # acts everywhere, text fields too ("f6"); None: no such key
+    action: str
+    label: str  # the footer's word
+    does: str  # the help screen's and the README's description
+    show: bool = True  # in the footer
+    where: str = "anywhere"  # the view whose widgets the key belongs to (help and README group by it)
+
+    def binding(self) -> Binding:
+        keys = ",".join(k for k in (self.plain, self.anywhere) if k)
+        return Binding(keys, self.action, self.label, show=self.show, id=re.sub(r"\W+", "_", self.action).strip("_"))
+
+
+APP_KEYS = [
+    *[Key(str(i + 1), f"f{i + 1}", f"show_tab('{tab}')", title, f"the {title} view", show=False)
+      for i, (tab, title) in enumerate(zip(TABS, TAB_TITLES))],
+    Key("s", "f6", "start", "Start", "start training the network in the editor"),
+    Key("p", "f7", "pause", "Pause", "pause or resume the run"),
+    Key("n", "f8", "step", "Step", "train one step while paused", show=False),
+    Key("x", "f9", "stop", "Stop", "stop the run after the current step (it stays in the Runs view)"),
+    Key("b", "ctrl+b", "cycle_backend", "Backend", "switch to the next available backend"),
+    Key(None, "ctrl+s", "save_config", "Save", "save the network and settings as a config file", show=False),
+    Key(None, "ctrl+o", "open_config", "Open", "open a config file", show=False),
+    Key("question_mark", "f12", "help", "Help", "the help screen: every key, and how the numbers are measured"),
+    Key("q", "ctrl+q", "quit", "Quit", "quit (a run is stopped cleanly first)"),
+    Key(None, "escape", "leave_field", "Leave field", "leave a text field (or close a dialog)", show=False),
+]
+# Keys of one view's table or list (where nothing is typed), bound by that view.
+MODEL_KEYS = [
+    Key("a", None, "add_layer", "Add", "add a layer after the selected one (asks for its type)", where="Model"),
+    Key("d", None, "remove_layer", "Remove", "remove the selected layer", where="Model"),
+    Key("shift+up", None, "move_layer(-1)", "Up", "move the selected layer up", show=False, where="Model"),
+    Key("shift+down", None, "move_layer(1)", "Down", "move the selected layer down", show=False, where="Model"),
+    Key("enter", None, "edit_layer", "Edit", "edit the selected layer's parameters", show=False, where="Model"),
+]
+RUNS_KEYS = [
+    Key("r", None, "app.rerun", "Rerun", "rerun the selected run on the next backend", where="Runs"),
+    Key("e", None, "app.export", "Export", "export the runs as CSV or JSON (asks where)", where="Runs"),
+]
+ANALYSIS_KEYS = [
+    Key("w", None, "app.sweep", "Sweep", "run a scaling sweep of the network in the editor (enter in a field does "
+        "too)", where="Analysis"),
+]
+ALL_KEYS = APP_KEYS + MODEL_KEYS + RUNS_KEYS + ANALYSIS_KEYS
+OTHER_KEYS = [("ctrl+p", "command palette: every action by name"),
+              ("tab / shift+tab", "next / previous field")]
+
+
+def bindings(keys: list[Key]) -> list[Binding]:
+    return [k.binding() for k in keys]
+
+
+def show_key(key: str | None) -> str:
+    """A key as the help and README write it: ``F6``, ``ctrl+b``, ``?``."""
+    if not key:
+        return ""
+    names = {"question_mark": "?", "escape": "Escape", "enter": "Enter", "shift+up": "shift+↑",
+             "shift+down": "shift+↓"}
+    if key in names:
+        return names[key]
+    return key.upper() if key[0] == "f" and key[1:].isdigit() else key
+
+
+def key_rows() -> list[tuple[str, str, str]]:
+    """(plain key, key that works everywhere, what it does) for the help screen and the README; the five view
+    keys fold into one row."""
+    views = APP_KEYS[:len(TABS)]
+    rows = [(f"{views[0].plain} … {views[-1].plain}", f"{show_key(views[0].anywhere)} … "
+             f"{show_key(views[-1].anywhere)}", "the views: " + ", ".join(TAB_TITLES))]
+    for k in APP_KEYS[len(TABS):]:
+        rows.append((show_key(k.plain), show_key(k.anywhere), k.does))
+    for key, does in OTHER_KEYS:
+        rows.append(("", key, does))
+    for k in MODEL_KEYS + RUNS_KEYS + ANALYSIS_KEYS:
+        rows.append((show_key(k.plain), "", f"{k.where} view: {k.does}"))
+    return rows
+
+
+def key_table_markdown() -> str:
+    """The key table as Markdown, as the README and the help screen show it."""
+    lines = ["| key | anywhere, also in a text field | does |", "|---|---|---|"]
+    for plain, anywhere, does in key_rows():
+        cell = lambda k: f"`{k}`" if k else ""  # noqa: E731
+        lines.append(f"| {cell(plain)} | {cell(anywhere)} | {does} |")
+    return "\n".join(lines)
