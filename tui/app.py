@@ -2,21 +2,26 @@
 
 Training runs in a child process (see :mod:`tui.child`); the app polls its pipe every 50 ms and never waits on
 it, so the interface stays responsive whatever the kernels do. The app talks to nncore only through its public
-API (configs, spec checks, datasets, backends) and the event stream.
+API (configs and their checks, datasets, backends) and the event stream. Keys: :mod:`tui.keys`; errors that
+escape a handler: :mod:`tui.guard`.
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from textual.app import App, ComposeResult, SystemCommand
-from textual.binding import Binding
-from textual.widgets import Button, Footer, Header, TabbedContent, TabPane
+from textual.app import ComposeResult, SystemCommand
+from textual.widgets import Button, Header, Input, Select, TabbedContent, TabPane, Tabs
 
-from nncore.config import RunConfig, load_config, preset_configs
-from nncore.errors import ConfigError
+from nncore import paths
+from tui import compat  # noqa: F401 (fixes to Textual, before anything is built)
+from nncore.config import RunConfig, check_run, load_config, preset_configs
+from nncore.errors import ConfigError, LayerlabError
+from nncore.fileio import write_atomic
 from nncore.runtime import available_archs
 from tui.child import RunHandle, distributed_main, sweep_main
+from tui.guard import GuardedApp
+from tui.keys import APP_KEYS, TAB_TITLES, TABS, bindings
 from tui.panes.analysis import AnalysisPane
 from tui.panes.model import EMPTY, ModelPane
 from tui.panes.runs import RunsPane
@@ -24,36 +29,24 @@ from tui.panes.settings import SettingsPane
 from tui.panes.train import TrainPane
 from tui.screens.help import HelpScreen
 from tui.screens.path import PathScreen
+from tui.widgets.keybar import KeyBar
 from tui.state import Draft, RunRecord, export_runs, spec_key, update_speedups
 
 DEFAULT_CONFIG = "quadrant"
-TABS = ("model", "settings", "train", "runs", "analysis")
+HOME = {"model": "#layers", "settings": "#dataset", "train": "#start", "runs": "#runs-table",
+        "analysis": "#sweep-run"}  # where focus goes when a view is shown
+RUN_ACTIONS = ("start", "pause", "step", "stop")
 
 
-class LayerlabApp(App):
+class LayerlabApp(GuardedApp):
     CSS_PATH = "app.tcss"
     TITLE = "layerlab"
-    BINDINGS = [
-        Binding("s", "start", "Start", id="start"),
-        Binding("p", "pause", "Pause", id="pause"),
-        Binding("n", "step", "Step", id="step", show=False),
-        Binding("x", "stop", "Stop", id="stop"),
-        Binding("b", "cycle_backend", "Backend", id="backend"),
-        Binding("r", "rerun", "Rerun", id="rerun", show=False),
-        Binding("e", "export", "Export", id="export", show=False),
-        Binding("question_mark", "help", "Help", id="help"),
-        Binding("ctrl+s", "save_config", "Save", id="save_config", show=False),
-        Binding("ctrl+o", "open_config", "Open", id="open_config", show=False),
-        Binding("w", "sweep", "Sweep", id="sweep", show=False),
-        Binding("q", "quit", "Quit", id="quit"),
-        *[Binding(str(i + 1), f"show_tab('{t}')", t.capitalize(), id=f"tab_{t}", show=False)
-          for i, t in enumerate(TABS)],
-    ]
+    BINDINGS = bindings(APP_KEYS)
 
-    def __init__(self, config: str | None = None, export_dir: str | Path = "."):
+    def __init__(self, config: str | None = None, save_dir: str | Path | None = None):
         super().__init__()
         self.config_name = config or DEFAULT_CONFIG
-        self.export_dir = Path(export_dir)
+        self.save_dir = Path(save_dir) if save_dir is not None else paths.default_save_dir()
         self.draft = Draft()
         self.runs: list[RunRecord] = []
         self.handle: RunHandle | None = None
@@ -62,50 +55,53 @@ class LayerlabApp(App):
         self.current: RunRecord | None = None
         self.paused = False
         self.model_ok = self.settings_ok = False
-        self.steps_total = 0
-        self.started_at = 0.0
+        self.steps_total = self.epochs_total = 0
+        self.started_at = self.paused_at = self.paused_s = 0.0
         self.archs = {s.name: s for s in available_archs()}
+        self.clock = time.monotonic  # what the ETA's clock reads (tests replace it)
 
     def compose(self) -> ComposeResult:
         yield Header()
+        panes = (ModelPane(self.draft, id="model-pane"), SettingsPane(id="settings-pane"), TrainPane(id="train-pane"),
+                 RunsPane(id="runs-pane"), AnalysisPane(id="analysis-pane"))
         with TabbedContent(id="tabs", initial="model"):
-            with TabPane("Model [1]", id="model"):
-                yield ModelPane(self.draft, id="model-pane")
-            with TabPane("Data & training [2]", id="settings"):
-                yield SettingsPane(id="settings-pane")
-            with TabPane("Train [3]", id="train"):
-                yield TrainPane(id="train-pane")
-            with TabPane("Runs [4]", id="runs"):
-                yield RunsPane(id="runs-pane")
-            with TabPane("Analysis [5]", id="analysis"):
-                yield AnalysisPane(id="analysis-pane")
-        yield Footer()
+            for i, (tab, title, pane) in enumerate(zip(TABS, TAB_TITLES, panes)):
+                with TabPane(f"{i + 1} {title}", id=tab):
+                    yield pane
+        yield KeyBar(id="keys")
 
     def on_mount(self) -> None:
         self.query_one(TrainPane).reset()
-        self.open_config(self.config_name)
+        if not self.open_config(self.config_name) and self.config_name != DEFAULT_CONFIG:
+            self.open_config(DEFAULT_CONFIG)
         self.query_one("#layers").focus()
         self.set_interval(0.05, self._poll)
         self._update_controls()
 
+    def on_resize(self, event) -> None:
+        """A tall terminal gives the curves more rows (Textual's CSS has no media queries)."""
+        self.screen.set_class(event.size.height >= 36, "-tall")
+
     # -- configs ----------------------------------------------------------------------------------------------
-    def open_config(self, name: str) -> None:
+    def open_config(self, name: str) -> bool:
+        """Open a config file (or preset) as the headless CLI would; one it refuses is refused here with the same
+        message, and what is open stays."""
         if name == EMPTY:
             self.draft = Draft([], [2], "bce", EMPTY)
             self.query_one(ModelPane).load_draft(self.draft, EMPTY)
-            return
+            return True
         try:
             cfg = load_config(name)
-        except ConfigError as err:
-            self.notify(str(err), severity="error", timeout=8)
-            return
+            check_run(cfg)
+        except LayerlabError as err:
+            self.notify(f"not opened: {err}", severity="error", timeout=20, markup=False)
+            return False
         self.draft = Draft.from_model(cfg.model, Path(cfg.source).stem)
-        if "input" not in cfg.model:
-            self.draft.input = [1, 28, 28] if cfg.data.get("dataset", "").startswith("fashion") else [2]
-        presets = preset_configs()
-        self.query_one(ModelPane).load_draft(self.draft, self.draft.name if self.draft.name in presets else None)
+        self.query_one(ModelPane).load_draft(self.draft, self.draft.name if self.draft.name in preset_configs()
+                                             else None)
         self.query_one(SettingsPane).load({**cfg.data, "dataset": cfg.dataset_name()}, cfg.train)
         self.sub_title = self.draft.name
+        return True
 
     def on_model_pane_preset_chosen(self, event: ModelPane.PresetChosen) -> None:
         self.open_config(event.name)
@@ -116,71 +112,110 @@ class LayerlabApp(App):
 
     def on_settings_pane_changed(self, event: SettingsPane.Changed) -> None:
         self.settings_ok = event.valid
+        self.query_one(ModelPane).set_data(event.data, event.data_error)
         self._update_controls()
 
-    def action_save_config(self) -> None:
-        def save(path: str | None) -> None:
-            if not path:
-                return
-            try:
-                data, train = self.query_one(SettingsPane).values()
-                Path(path).write_text(self.draft.to_toml(data, train), encoding="utf-8")
-                self.notify(f"saved {path}")
-            except (ConfigError, OSError) as err:
-                self.notify(f"not saved: {err}", severity="error", timeout=8)
+    def _ask_path(self, title: str, name: str, suffixes: tuple[str, ...], then, must_exist: bool = False) -> None:
+        value = str(self.save_dir / name) if name else ""
+        self.open_dialog(PathScreen(title, value, must_exist, suffixes, make_dir=self.save_dir),
+                         lambda path: path and then(Path(path)))
 
-        self.push_screen(PathScreen("Save the network and settings as", f"{self.draft.name}.toml"), save)
+    def _write(self, path: Path, text: str, what: str) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, lambda fh: fh.write(text.encode("utf-8")))
+        except OSError as err:
+            self.notify(f"{what} not written to {path}: {err.strerror or err}", severity="error", timeout=12,
+                        markup=False)
+            return
+        self.save_dir = path.parent
+        self.notify(f"{what} written to {path}", timeout=10, markup=False)
+
+    def action_save_config(self) -> None:
+        try:
+            data, train = self.query_one(SettingsPane).values()
+        except ConfigError as err:
+            self.notify(f"not saved: {err}", severity="error", markup=False)
+            return
+        self._ask_path("Save the network and settings as", f"{self.draft.name}.toml", (".toml",),
+                       lambda p: self._write(p, self.draft.to_toml(data, train), "config"))
 
     def action_open_config(self) -> None:
-        self.push_screen(PathScreen("Open a config file", "", must_exist=True), lambda p: p and self.open_config(p))
+        self._ask_path("Open a config file", "", (), lambda p: self.open_config(str(p)), must_exist=True)
+
+    def action_export(self) -> None:
+        if not self.runs:
+            self.notify("no runs to export yet", severity="warning")
+            return
+        name = f"layerlab-runs-{time.strftime('%Y%m%d-%H%M%S')}.csv"
+        self._ask_path("Export the runs (.csv or .json)", name, (".csv", ".json"),
+                       lambda p: self._write(p, export_runs(self.runs, p.suffix.lower()[1:]),
+                                             f"{len(self.runs)} run(s)" if len(self.runs) > 1 else "1 run"))
 
     # -- runs -------------------------------------------------------------------------------------------------
     def _run_config(self) -> dict:
         data, train = self.query_one(SettingsPane).values()
-        cfg = RunConfig(self.draft.spec(), data, train, source=self.draft.name)
-        return cfg.to_dict()
+        spec = self.draft.spec(self.query_one(SettingsPane).data)
+        return RunConfig(spec, data, train, source=self.draft.name).to_dict()
+
+    def _why_not_ready(self) -> str | None:
+        if self.handle is not None:
+            return "a run is going on"
+        if self.sweeper is not None:
+            return "a sweep is running; start training when it is done"
+        if not self.model_ok:
+            return f"the network cannot train: {self.query_one(ModelPane).problem() or 'see the Model view'}"
+        if not self.settings_ok:
+            return f"a setting is invalid: {self.query_one(SettingsPane).error}"
+        return None
 
     def action_start(self) -> None:
-        if self.handle is not None:
-            return
-        if self.sweeper is not None:
-            self.notify("a sweep is running; start training when it is done", severity="warning")
-            return
-        if not (self.model_ok and self.settings_ok):
-            self.notify("fix the network or the settings first", severity="warning")
+        why = self._why_not_ready()
+        if why is not None:
+            if self.handle is None:
+                self.notify(why, severity="warning", markup=False)
             return
         try:
             cfg = self._run_config()
         except ConfigError as err:
-            self.notify(str(err), severity="error")
+            self.notify(str(err), severity="error", markup=False)
             return
         self.start_run(cfg, self.draft.name)
 
     def start_run(self, cfg: dict, name: str) -> None:
         tr = cfg["train"]
-        self.current = RunRecord(name, tr["arch"], tr["threads"] or 0, tr["batch_size"], 0, config=cfg,
+        self.current = RunRecord(name, tr["arch"], tr["threads"] or 0, tr["batch_size"], config=cfg,
                                  spec_key=spec_key(cfg["model"]), ranks=tr.get("ranks", 1))
         self.runs.append(self.current)
         self.handle = RunHandle(cfg, target=distributed_main if self.current.ranks > 1 else None)
-        self.paused, self.steps_total, self.started_at = False, 0, time.monotonic()
-        self._reset_train_pane()
-        self.query_one(TabbedContent).active = "train"
+        self.paused, self.steps_total, self.epochs_total = False, 0, tr["epochs"]
+        self.started_at, self.paused_s = self.clock(), 0.0
+        self.query_one(TrainPane).reset(None, boundary=cfg["model"].get("input") == [2] and self.current.ranks == 1)
+        if self.current.ranks > 1:
+            self.query_one("#boundary").clear("no decision boundary: a run over ranks")
+        self._show_runs()
+        self.action_show_tab("train")
         self._update_controls("starting a training process…")
 
-    def _reset_train_pane(self, steps_total: int | None = None) -> None:
-        self.query_one(TrainPane).reset(steps_total)
-        if self.current is not None and self.current.ranks > 1:
-            self.query_one("#boundary").clear("no decision boundary: a run over ranks")
+    def _active_s(self) -> float:
+        """Seconds since the run started, paused time excluded."""
+        now = self.clock()
+        return now - self.started_at - self.paused_s - (now - self.paused_at if self.paused else 0.0)
 
     def action_pause(self) -> None:
-        if self.handle is not None and self.current is not None and self.current.ranks > 1:
+        if self.handle is None:
+            return
+        if self.current is not None and self.current.ranks > 1:
             self.notify("a distributed run cannot pause: its ranks step together; stop it instead",
                         severity="warning")
             return
-        if self.handle is not None:
-            self.paused = not self.paused
-            self.handle.send("pause" if self.paused else "resume")
-            self._update_controls()
+        self.paused = not self.paused
+        if self.paused:
+            self.paused_at = self.clock()
+        else:
+            self.paused_s += self.clock() - self.paused_at
+        self.handle.send("pause" if self.paused else "resume")
+        self._update_controls()
 
     def action_step(self) -> None:
         if self.handle is not None and self.paused:
@@ -190,77 +225,88 @@ class LayerlabApp(App):
         if self.handle is not None:
             self.handle.send("stop")
             if self.paused:
-                self.paused = False
-                self.handle.send("resume")
+                self.action_pause()
             self._update_controls("stopping after the current step…")
 
     def _poll(self) -> None:
+        if not self.is_running:  # the views are being taken down
+            return
         self._reap()
         self._poll_sweep()
         if self.handle is None:
             return
-        for msg in self.handle.poll():
+        handle = self.handle
+        for msg in handle.poll():
+            if self.handle is not handle:  # the run ended with an earlier message: the rest are stale
+                break
             self._run_message(msg)
-        if self.handle is not None and self.handle.died:
-            code = self.handle.exitcode()
+        if self.handle is handle and handle.died:
+            code = handle.exitcode()
             self._end_run("died", f"the training process died (exit code {code}); partial results kept")
 
     def _run_message(self, msg: dict) -> None:
         pane, run, kind = self.query_one(TrainPane), self.current, msg["event"]
         if kind == "run_started":
             self.steps_total = msg["steps_per_epoch"] * msg["config"]["train"]["epochs"]
-            self.started_at = time.monotonic()
+            self.epochs_total = msg["config"]["train"]["epochs"]
+            self.started_at, self.paused_s = self.clock(), 0.0
+            if self.paused:
+                self.paused_at = self.started_at
             run.arch, run.threads = msg["arch"], msg["threads"]
-            self._reset_train_pane(self.steps_total)
+            pane.query_one("#progress").update(total=self.steps_total, progress=0)
             self._update_controls()
         elif kind == "step":
-            pane.on_step(msg, self.steps_total, self.started_at, time.monotonic())
+            pane.on_step(msg, self.steps_total, self.epochs_total, self._active_s())
         elif kind == "epoch_end":
             pane.on_epoch(msg)
-            run.epochs, run.test_acc = msg["epoch"], msg["test_acc"]
-            run.s_per_epoch, run.samples_per_s = msg["epoch_s"], msg["samples_per_s"]
+            run.add_epoch(msg)
             self._show_runs()
         elif kind == "boundary":
             pane.query_one("#boundary").show(msg)
         elif kind == "run_finished":
-            run.samples_per_s = msg["samples_per_s"] or run.samples_per_s
+            if msg["samples_per_s"] is not None:
+                run.samples_per_s = msg["samples_per_s"]
+            acc = "no evaluation yet" if msg["test_acc"] is None else f"test accuracy {msg['test_acc']:.4f}"
             self._end_run("stopped" if msg["stopped"] else "finished",
-                          f"run {'stopped' if msg['stopped'] else 'finished'}: test accuracy {msg['test_acc']:.4f}")
+                          f"run {'stopped' if msg['stopped'] else 'finished'}: {acc}", steps=msg["steps"])
         elif kind == "run_failed":
-            self._end_run("failed", msg["error"], error=True)
+            self._end_run("failed", f"run failed: {msg['error']}", error=True, steps=msg.get("step", 0))
 
-    def _end_run(self, status: str, text: str, error: bool = False) -> None:
+    def _end_run(self, status: str, text: str, error: bool = False, steps: int = 0) -> None:
         if self.current is not None:
             self.current.status = status
         if self.handle is not None:
             self.handle.send("stop")
             self.retiring.append((self.handle, time.monotonic() + 5.0))
         self.handle, self.current, self.paused = None, None, False
-        self.notify(text, severity="error" if error or status == "died" else "information", timeout=8)
+        self.query_one(TrainPane).on_end(steps)
+        self.notify(text, severity="error" if error or status == "died" else "information", timeout=10, markup=False)
         self._show_runs()
         self._update_controls(text)
 
     # -- sweeps -------------------------------------------------------------------------------------------------
     def action_sweep(self) -> None:
+        pane = self.query_one(AnalysisPane)
         if self.handle is not None or self.sweeper is not None:
             self.notify("wait for the current run or sweep to end", severity="warning")
             return
         if not self.model_ok:
             self.notify("fix the network first: the sweep runs the network in the editor", severity="warning")
             return
-        pane = self.query_one(AnalysisPane)
         try:
             job = pane.job()
         except ConfigError as err:
-            self.notify(str(err), severity="error")
+            pane.refuse(err)
             return
         unavailable = [a for a in job["archs"] if not self.archs[a].available]
         if unavailable:
-            self.notify(f"{unavailable[0]} is unavailable: {self.archs[unavailable[0]].reason}", severity="error")
+            pane.refuse(ConfigError(f"{unavailable[0]} is unavailable: {self.archs[unavailable[0]].reason}",
+                                    field="sweep-archs"))
             return
-        self.sweeper = RunHandle({**job, "model": self.draft.spec()}, target=sweep_main)
-        self.query_one(TabbedContent).active = "analysis"
-        pane.progress(0, 1, "starting…")
+        self.sweeper = RunHandle({**job, "model": self.draft.spec(self.query_one(SettingsPane).data)},
+                                 target=sweep_main)
+        self.action_show_tab("analysis")
+        pane.progress(0, None, "starting…")
 
     def _poll_sweep(self) -> None:
         if self.sweeper is None:
@@ -271,12 +317,13 @@ class LayerlabApp(App):
                 pane.progress(msg["i"], msg["n"], msg["what"])
             elif msg["event"] == "sweep_done":
                 pane.show(msg["points"], msg["amdahl"])
-                self.notify(f"sweep done: {len(msg['points'])} points")
+                pane.progress(1, 1, f"done: {len(msg['points'])} points")
             elif msg["event"] == "sweep_failed":
-                self.notify(f"sweep failed: {msg['error']}", severity="error", timeout=8)
+                pane.progress(0, 1, f"✗ sweep failed: {msg['error']}")
+                self.notify(f"sweep failed: {msg['error']}", severity="error", timeout=10, markup=False)
         if self.sweeper.finished or self.sweeper.died:
             if self.sweeper.died:
-                self.notify(f"the sweep process died (exit code {self.sweeper.exitcode()})", severity="error")
+                pane.progress(0, 1, f"✗ the sweep process died (exit code {self.sweeper.exitcode()})")
             self.retiring.append((self.sweeper, time.monotonic() + 5.0))
             self.sweeper = None
 
@@ -297,7 +344,11 @@ class LayerlabApp(App):
 
     def action_rerun(self) -> None:
         i = self.query_one(RunsPane).selected()
-        if self.handle is not None or not 0 <= i < len(self.runs):
+        if not 0 <= i < len(self.runs):
+            self.notify("no run selected to rerun", severity="warning")
+            return
+        if self.handle is not None or self.sweeper is not None:
+            self.notify("wait for the current run or sweep to end", severity="warning")
             return
         old = self.runs[i]
         cfg = {**old.config, "train": {**old.config["train"], "arch": self._next_arch(old.arch)}}
@@ -309,55 +360,98 @@ class LayerlabApp(App):
 
     def action_cycle_backend(self) -> None:
         settings = self.query_one(SettingsPane)
-        settings.set_arch(self._next_arch(settings.arch()))
-        self.notify(f"backend: {settings.arch()}")
+        chosen = settings.set_arch(self._next_arch(settings.arch()))
+        self.notify(f"backend: {chosen}", markup=False)
 
-    def action_export(self) -> None:
-        if not self.runs:
-            self.notify("no runs to export yet", severity="warning")
-            return
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        try:
-            for fmt in ("csv", "json"):
-                (self.export_dir / f"layerlab-runs-{stamp}.{fmt}").write_text(export_runs(self.runs, fmt))
-        except OSError as err:
-            self.notify(f"export failed: {err}", severity="error")
-            return
-        self.notify(f"exported {len(self.runs)} runs to {self.export_dir / f'layerlab-runs-{stamp}'}.csv/.json")
+    # -- keys, focus and the controls ---------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """Run controls that cannot act now are left out of the footer. Start stays in while no run is going,
+        valid or not: pressed on an invalid network it says what is wrong."""
+        running = self.handle is not None
+        if action == "start":
+            return not running
+        if action in ("pause", "stop"):
+            return running
+        if action == "step":
+            return running and self.paused
+        return True
 
-    # -- everything else ---------------------------------------------------------------------------------------
     def _update_controls(self, text: str | None = None) -> None:
         running = self.handle is not None
-        can_start = self.model_ok and self.settings_ok
+        why = self._why_not_ready()
         if text is None:
             if running:
                 text = f"{'paused' if self.paused else 'training'} on {self.current.arch}"
-            elif not self.model_ok:
-                text = "the network is invalid: see the Model view"
-            elif not self.settings_ok:
-                text = "a setting is invalid: see the Data & training view"
             else:
-                text = "ready: press s to start"
+                text = why or "ready: press s (F6) to start"
         distributed = running and self.current is not None and self.current.ranks > 1
         if distributed and text.startswith("training on"):
             text += f" × {self.current.ranks} ranks"
-        self.query_one(TrainPane).set_state(text, running, self.paused, can_start, pausable=not distributed)
+        self.query_one(TrainPane).set_state(text, running, self.paused, not running and why is None,
+                                            pausable=not distributed)
+        self.refresh_bindings()
+        self.call_after_refresh(self._keep_focus)
+
+    def _keep_focus(self) -> None:
+        """A control that had the focus was disabled (Pause, when the run ended): focus the view's main widget."""
+        if self.focused is None and self.screen is self.screen_stack[0]:
+            self._focus_home(self.query_one(TabbedContent).active)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        {"start": self.action_start, "pause": self.action_pause, "step": self.action_step,
-         "stop": self.action_stop, "sweep-run": self.action_sweep}[event.button.id]()
+        actions = {"start": self.action_start, "pause": self.action_pause, "step": self.action_step,
+                   "stop": self.action_stop, "sweep-run": self.action_sweep}
+        if event.button.id in actions:
+            actions[event.button.id]()
 
     def action_show_tab(self, tab: str) -> None:
+        """Show a view with the focus on its main widget. Focus moves first: a focused widget that is hidden
+        makes Textual move the focus to a neighbour in the old view, which would bring that view back."""
+        self._focus_home(tab)
         self.query_one(TabbedContent).active = tab
 
+    def _focus_home(self, tab: str) -> None:
+        """Focus the view's main widget, or else its first widget that can take focus, or else nothing. Not
+        while a dialog is open: the focus would go to the dialog's screen, which does not hold the widget."""
+        if self.screen is not self.screen_stack[0]:
+            return
+        target = self.query_one(HOME[tab])
+        if not target.focusable:
+            target = next((w for w in self.query_one(f"#{tab}", TabPane).query("*") if w.focusable), None)
+        self.set_focus(target)
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        """A view shown by a click on its tab: the focus follows unless it is on the tabs."""
+        focused = self.focused
+        if focused is None or not (event.pane in focused.ancestors or isinstance(focused, Tabs)):
+            self._focus_home(event.pane.id)
+
+    def action_leave_field(self) -> None:
+        """Escape in a field (text or dropdown): focus the view's main widget, where the plain keys act."""
+        tab = self.query_one(TabbedContent).active
+        if isinstance(self.focused, (Input, Select)) and self.focused is not self.query_one(HOME[tab]):
+            self._focus_home(tab)
+
+    def open_dialog(self, screen, callback=None) -> None:
+        """Push a dialog unless one is open: keys typed fast can reach the app before the first is shown."""
+        if len(self.screen_stack) == 1:
+            self.push_screen(screen, callback)
+
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.open_dialog(HelpScreen())
 
     def get_system_commands(self, screen):
         yield from super().get_system_commands(screen)
-        yield SystemCommand("Start training", "Train the network in the editor", self.action_start)
-        yield SystemCommand("Stop training", "Stop after the current step", self.action_stop)
-        yield SystemCommand("Export runs", "Write the Runs table as CSV and JSON", self.action_export)
+        for key in APP_KEYS:
+            if key.action in ("leave_field", "quit"):
+                continue
+            if key.action.startswith("show_tab"):
+                tab = key.action.split("'")[1]
+                yield SystemCommand(f"Show {key.label}", key.does, lambda t=tab: self.action_show_tab(t))
+            else:
+                yield SystemCommand(key.label if key.action != "start" else "Start training", key.does,
+                                    getattr(self, f"action_{key.action}"))
+        yield SystemCommand("Export runs", "Write the Runs table as CSV or JSON", self.action_export)
+        yield SystemCommand("Rerun", "Rerun the selected run on the next backend", self.action_rerun)
         yield SystemCommand("Run a sweep", "Scaling sweep of the network in the editor (Analysis view)",
                             self.action_sweep)
         for name, status in self.archs.items():

@@ -95,8 +95,8 @@ def child_main(cfg: dict, conn: Connection, boundary: bool) -> None:
 
     def emit(event) -> None:
         conn.send(event.to_json())
-        two_d = boundary and trainer.ds.input_shape == (2,)
-        if two_d and isinstance(event, (RunStarted, EpochEnd)):
+        # Only these events come after a successful set-up (a failed one has no dataset to draw).
+        if boundary and isinstance(event, (RunStarted, EpochEnd)) and trainer.ds.input_shape == (2,):
             conn.send(json.dumps(_boundary(trainer, isinstance(event, RunStarted))))
 
     try:

@@ -1,6 +1,8 @@
-"""A one-field prompt for a file path (save or open a config); a bad path is answered in place."""
+"""A one-field prompt for a file path (open or save a config, export the runs). A bad path is answered in place;
+saving over an existing file asks first. The path comes back absolute."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from textual.app import ComposeResult
@@ -9,36 +11,67 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
+from tui.guard import Guarded
+from tui.screens.pick import ConfirmScreen
 
-class PathScreen(ModalScreen[str | None]):
+
+def problem_with(path: Path, must_exist: bool, suffixes: tuple[str, ...], make_dir: Path | None) -> str | None:
+    """Why ``path`` cannot be opened (``must_exist``) or written, or None. ``make_dir`` may be created."""
+    if path.is_dir():
+        return f"{path} is a directory; give a file name"
+    if must_exist:
+        return None if path.is_file() else f"{path}: no such file"
+    if suffixes and path.suffix.lower() not in suffixes:
+        return f"end the file name with {' or '.join(suffixes)}"
+    parent = path.parent
+    if not parent.is_dir() and parent != make_dir:
+        return f"{parent}: no such directory"
+    if parent.is_dir() and not os.access(parent, os.W_OK):
+        return f"{parent}: not writable"
+    return None
+
+
+class PathScreen(Guarded, ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="cancel_path")]
 
-    def __init__(self, title: str, value: str = "", must_exist: bool = False) -> None:
+    def __init__(self, title: str, value: str = "", must_exist: bool = False, suffixes: tuple[str, ...] = (),
+                 make_dir: Path | None = None) -> None:
         super().__init__()
         self.title_text, self.value, self.must_exist = title, value, must_exist
+        self.suffixes, self.make_dir = suffixes, make_dir
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="path-box"):
-            yield Label(self.title_text)
-            yield Input(self.value, id="path-input")
-            yield Label("enter to confirm · escape to cancel", classes="hint", id="path-hint")
+        with Vertical(id="path-box", classes="dialog"):
+            yield Label(self.title_text, markup=False)
+            yield Input(self.value, id="path-input", select_on_focus=False)
+            yield Label("enter to confirm · escape to cancel", classes="hint", id="path-hint", markup=False)
+
+    def _say(self, text: str) -> None:
+        hint = self.query_one("#path-hint", Label)
+        hint.update(f"✗ {text}")
+        hint.add_class("error")
+        self.query_one("#path-input", Input).add_class("error")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        path = Path(event.value.strip()).expanduser()
-        problem = None
-        if not event.value.strip():
-            problem = "give a file name"
-        elif self.must_exist and not path.is_file():
-            problem = f"{path}: no such file"
-        elif not self.must_exist and not path.resolve().parent.is_dir():
-            problem = f"{path.parent}: no such directory"
-        if problem:  # answered in place; the prompt stays open
-            hint = self.query_one("#path-hint", Label)
-            hint.update(f"✗ {problem}")
-            hint.add_class("error")
-            event.input.add_class("error")
+        text = event.value.strip()
+        if not text:
+            self._say("give a file name")
             return
-        self.dismiss(str(path))
+        path = Path(os.path.abspath(Path(text).expanduser()))
+        problem = problem_with(path, self.must_exist, self.suffixes, self.make_dir)
+        if problem:  # answered in place; the prompt stays open
+            self._say(problem)
+            return
+        if self.must_exist or not path.exists():
+            self.dismiss(str(path))
+            return
+        def answered(yes: bool) -> None:  # returns nothing: a returned dismiss() would be awaited here, an error
+            if yes:
+                self.dismiss(str(path))
+            else:
+                self._say("not overwritten; give another name")
+
+        self.app.push_screen(ConfirmScreen(f"{path} exists. Overwrite it?"), answered)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
