@@ -1,94 +1,152 @@
-"""The app's state, without widgets: the network being edited, and the table of runs.
+"""The app's state, without widgets: the network being edited, its layers' parameters, and the table of runs.
 
-Kept apart from the Textual code so that the rules (layer defaults, parameter parsing, validation, speedups,
-export) are plain functions and testable on their own.
+Kept apart from the Textual code so that the rules (parameter kinds and parsing, validation against the
+dataset, speedups, export) are plain functions and testable on their own.
 """
 from __future__ import annotations
 
 import copy
 import csv
+import inspect
 import io
 import json
 import re
 from dataclasses import asdict, dataclass, field
 
+from nncore.config import fit_model
 from nncore.errors import ConfigError
 from nncore.layers import LAYER_TYPES
+from nncore.losses import canonical
 from nncore.network import build_layers, check_spec, summarize
 
 LAYER_KINDS = [cls.kind for cls in LAYER_TYPES.values()]
 NEW_LAYER = {"Linear": {"out_features": 16}, "Conv2D": {"out_channels": 8, "kernel_size": 3},
              "MaxPool2D": {"kernel_size": 2}}
+PAIRS = ("kernel_size", "stride", "padding")  # an integer or a pair (height x width)
+INITS = ("he", "xavier")
 
 
-_PART = re.compile(r"\s*([^=,\s]*)\s*(=?)\s*(\[[^\]]*\]|\([^)]*\)|[^,;]*)\s*[,;]?")
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a layer kind, as the editor shows it."""
+
+    name: str
+    kind: str  # "int", "pair" or "init"
+    placeholder: str  # what an empty field means: the default, or "required"
 
 
-def parse_params(text: str, index: int) -> dict:
-    """``"out_channels=8, kernel_size=3x2, stride=[2,1]"`` -> ``{"out_channels": 8, "kernel_size": [3, 2], ...}``."""
-    out = {}
-    for key, sep, value in _PART.findall(text.strip()):
-        if not key and not value:
-            continue
-        if not sep or not key or not value:
-            raise ConfigError(f"layer {index}: write parameters as name=value, got {key}{sep}{value!r}",
-                              layer=index)
-        if key == "init":
-            out[key] = value
-            continue
-        nums = value.strip("[]()").replace("x", " ").replace(",", " ").split()
-        try:
-            vals = [int(v) for v in nums]
-        except ValueError:
-            vals = []
-        if len(vals) not in (1, 2):
-            raise ConfigError(f"layer {index}: {key} {value!r} must be an integer or a pair like 3x2", layer=index)
-        out[key] = vals[0] if len(vals) == 1 else vals
+def layer_params(kind: str) -> list[Param]:
+    """The parameters of a layer kind, with what leaving each one empty means."""
+    cls = next(c for c in LAYER_TYPES.values() if c.kind == kind)
+    sig = inspect.signature(cls.__init__).parameters
+    out = []
+    for name in cls.keys:
+        default = sig[name].default
+        if default is inspect.Parameter.empty:
+            hint = "required"
+        elif default is None:
+            hint = {"init": "default", "stride": "= kernel"}.get(name, "auto")
+        else:
+            hint = str(default)
+        out.append(Param(name, "init" if name == "init" else "pair" if name in PAIRS else "int", hint))
     return out
 
 
-def format_params(layer: dict) -> str:
-    def fmt(v):
-        return "x".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+_INT = re.compile(r"[0-9]+")
+_SHAPE = re.compile(r"\s*[\[(]?\s*[0-9]+(?:\s*[x,]\s*[0-9]+)*\s*[\])]?\s*")
+_PAIR = re.compile(r"[\[(]?\s*([0-9]+)\s*(?:[x,]|\s)\s*([0-9]+)\s*[\])]?")
 
-    return ", ".join(f"{k}={fmt(v)}" for k, v in layer.items() if k != "type")
+
+def parse_param(param: Param, text: str):
+    """The value typed for ``param``: None for an empty field (the default); ValueError saying what is wrong."""
+    text = text.strip()
+    if not text:
+        return None
+    if param.kind == "init":
+        if text not in INITS:
+            raise ValueError(f"init {text!r} must be one of {', '.join(INITS)}")
+        return text
+    if _INT.fullmatch(text):
+        return int(text)
+    pair = _PAIR.fullmatch(text) if param.kind == "pair" else None
+    if pair:
+        return [int(pair[1]), int(pair[2])]
+    shape = "an integer or a pair like 3x2" if param.kind == "pair" else "a whole number"
+    raise ValueError(f"{param.name} {text!r} must be {shape}")
+
+
+def format_value(value) -> str:
+    return "x".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+SHORT = {"out_features": "out", "out_channels": "out", "in_features": "in", "in_channels": "in",
+         "kernel_size": "k", "stride": "s", "padding": "p"}
+
+
+def format_params(layer: dict) -> str:
+    """A layer's parameters in the table's few columns (``out=64 k=3 s=1``); the editor has the full names."""
+    return " ".join(f"{SHORT.get(k, k)}={format_value(v)}" for k, v in layer.items() if k != "type")
+
+
+def parse_shape(text: str) -> list[int] | None:
+    """``"1,28,28"``, ``"1x28x28"`` or ``"[2]"`` -> a list; empty -> None (the dataset's); ValueError else."""
+    if not text.strip():
+        return None
+    if not _SHAPE.fullmatch(text) or len(parts := re.findall(r"[0-9]+", text)) not in (1, 3):
+        raise ValueError(f"input {text.strip()!r} must be [features] or [channels, height, width], e.g. 1,28,28")
+    return [int(p) for p in parts]
 
 
 @dataclass
 class Draft:
-    """The network being edited: a model spec that may be invalid at any moment."""
+    """The network being edited: a model spec that may be invalid at any moment. ``input`` None means the
+    dataset's input shape, as in a config file that leaves it out."""
 
     layers: list = field(default_factory=list)
-    input: list = field(default_factory=lambda: [2])
+    input: list | None = None
     loss: str = "bce"
     name: str = "untitled"
 
     @classmethod
     def from_model(cls, model: dict, name: str) -> "Draft":
-        return cls(copy.deepcopy(model.get("layers", [])), list(model.get("input", [2])), model.get("loss", "bce"),
-                   name)
+        """A draft of a checked model spec (nncore.config.check_run accepted it)."""
+        loss = canonical(model["loss"]) if model.get("loss") is not None else "cross_entropy"
+        inp = model.get("input")
+        layers = [{**copy.deepcopy(raw), "type": LAYER_TYPES[raw["type"].lower()].kind} for raw in model["layers"]]
+        return cls(layers, [inp] if isinstance(inp, int) else (list(inp) if inp else None), loss, name)
 
-    def spec(self) -> dict:
-        return {"input": list(self.input), "layers": copy.deepcopy(self.layers), "loss": self.loss}
+    def spec(self, data=None) -> dict:
+        """The model spec; with ``data`` (a DatasetInfo) an empty input is the dataset's."""
+        inp = self.input if self.input is not None else (list(data.input_shape) if data is not None else None)
+        out = {"layers": copy.deepcopy(self.layers), "loss": self.loss}
+        return {"input": inp, **out} if inp is not None else out
 
-    def check(self) -> tuple[list[dict], ConfigError | None]:
-        """Rows for every layer that builds, and the first error (with its layer index) if any."""
+    def check(self, data=None) -> tuple[list[dict], ConfigError | None]:
+        """Rows for every layer that builds, and the first error (with its layer index or field) if any;
+        with ``data`` the network is also checked against that dataset, as a run would be."""
+        spec = self.spec(data)
         try:
-            layers, _ = check_spec(self.spec())
-            return summarize(layers), None
-        except ConfigError as err:
+            layers, _ = check_spec(spec)
+        except ConfigError as err:  # the rows of the layers before the one at fault
             upto = self.layers if err.layer is None else self.layers[:err.layer]
             try:
-                rows = summarize(build_layers(upto, self.input)[1]) if upto else []
+                rows = summarize(build_layers(upto, spec.get("input"))[1]) if upto else []
             except ConfigError:
                 rows = []
             return rows, err
+        rows = summarize(layers)
+        if data is not None:
+            try:
+                fit_model(spec, data)
+            except ConfigError as err:
+                return rows, err
+        return rows, None
 
     # -- edits ------------------------------------------------------------------------------------------
     def add(self, kind: str, at: int) -> int:
         """Insert a ``kind`` layer with default parameters at ``at``; returns its index."""
         at = max(0, min(at, len(self.layers)))
-        self.layers.insert(at, {"type": kind, **NEW_LAYER.get(kind, {})})
+        self.layers.insert(at, {"type": kind, **copy.deepcopy(NEW_LAYER.get(kind, {}))})
         return at
 
     def remove(self, index: int) -> None:
@@ -103,11 +161,9 @@ class Draft:
         return index
 
     def set_type(self, index: int, kind: str) -> None:
+        """A new layer of ``kind`` in place of layer ``index`` (a new dict: editors of the old one go stale)."""
         if self.layers[index].get("type") != kind:
-            self.layers[index] = {"type": kind, **NEW_LAYER.get(kind, {})}
-
-    def set_params(self, index: int, text: str) -> None:
-        self.layers[index] = {"type": self.layers[index]["type"], **parse_params(text, index)}
+            self.layers[index] = {"type": kind, **copy.deepcopy(NEW_LAYER.get(kind, {}))}
 
     def to_toml(self, data: dict, train: dict) -> str:
         """A run config that ``layerlab train`` and the app open again."""
@@ -118,8 +174,10 @@ class Draft:
                 return "[" + ", ".join(val(x) for x in v) + "]"
             return json.dumps(v)
 
-        lines = [f"name = {json.dumps(self.name)}", "", "[model]", f"input = {val(self.input)}",
-                 f"loss = {json.dumps(self.loss)}", "layers = ["]
+        lines = [f"name = {json.dumps(self.name)}", "", "[model]"]
+        if self.input is not None:
+            lines.append(f"input = {val(self.input)}")
+        lines += [f"loss = {json.dumps(self.loss)}", "layers = ["]
         for layer in self.layers:
             inner = ", ".join(f"{k} = {val(v)}" for k, v in layer.items())
             lines.append(f"  {{ {inner} }},")
@@ -129,14 +187,21 @@ class Draft:
         return "\n".join(lines) + "\n"
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
 @dataclass
 class RunRecord:
+    """One run of the session. ``samples_per_s`` and ``s_per_epoch`` are both over the run's training time so
+    far (paused time excluded): samples trained over that time, and that time over the epochs completed."""
+
     network: str
     arch: str
     threads: int
     batch: int
-    epochs: int
-    test_acc: float | None = None
+    epochs: int = 0  # completed
+    test_acc: float | None = None  # None: no evaluation yet
     s_per_epoch: float | None = None
     samples_per_s: float | None = None
     status: str = "running"  # running | finished | stopped | failed | died
@@ -144,12 +209,19 @@ class RunRecord:
     config: dict = field(default_factory=dict, repr=False)
     spec_key: str = field(default="", repr=False)
     ranks: int = 1  # MPI ranks of a distributed run
+    train_s: float = field(default=0.0, repr=False)  # training time of the completed epochs
+    samples: int = field(default=0, repr=False)  # samples trained in them
+
+    def add_epoch(self, msg: dict) -> None:
+        """Fold in an epoch_end event."""
+        self.epochs, self.test_acc = msg["epoch"], msg["test_acc"]
+        self.train_s += msg["epoch_s"]
+        self.samples += round(msg["samples_per_s"] * msg["epoch_s"])
+        self.s_per_epoch = self.train_s / self.epochs if self.epochs else None
+        self.samples_per_s = self.samples / self.train_s if self.train_s > 0 else None
 
     def row(self) -> dict:
-        d = asdict(self)
-        d.pop("config")
-        d.pop("spec_key")
-        return d
+        return {k: getattr(self, k) for k in COLUMNS}
 
 
 def spec_key(model: dict) -> str:
@@ -165,12 +237,22 @@ def update_speedups(runs: list[RunRecord]) -> None:
         run.speedup = run.samples_per_s / base.samples_per_s if base and run.samples_per_s else None
 
 
-COLUMNS = ["network", "arch", "threads", "ranks", "batch", "epochs", "test_acc", "s_per_epoch", "samples_per_s", "speedup",
-           "status"]
+# The Runs table's columns, most telling first (a narrow terminal shows the first ones), and what each means.
+COLUMNS = ["network", "arch", "samples_per_s", "speedup", "test_acc", "status", "batch", "epochs", "threads", "ranks",
+           "s_per_epoch"]
+HEADERS = {"samples_per_s": "samples/s", "test_acc": "test acc", "s_per_epoch": "s/epoch", "threads": "thr",
+           "epochs": "ep"}
+MEANING = {
+    "samples_per_s": "training samples per second over the run so far, paused time excluded",
+    "speedup": "samples/s over the latest cpu-serial run of the same network and batch size",
+    "test_acc": "accuracy on the test set after the last completed epoch (— before the first)",
+    "s_per_epoch": "mean training time of the completed epochs, paused time excluded",
+    "epochs": "epochs completed", "threads": "CPU threads (cpu-parallel) of each rank", "ranks": "MPI ranks",
+}
 
 
 def export_runs(runs: list[RunRecord], fmt: str) -> str:
-    rows = [{k: r.row()[k] for k in COLUMNS} for r in runs]
+    rows = [r.row() for r in runs]
     if fmt == "json":
         return json.dumps(rows, indent=2) + "\n"
     buf = io.StringIO()

@@ -10,6 +10,8 @@ from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 
 from nncore.errors import ConfigError
 from nncore.runtime import ARCHS, cpu_count
+from tui.guard import Guarded
+from tui.keys import ANALYSIS_KEYS, bindings
 
 COLORS = {"cpu-serial": "cyan", "cpu-parallel": "green", "cuda": "magenta"}
 
@@ -18,9 +20,9 @@ def _ints(text: str, name: str) -> list[int]:
     try:
         vals = [int(v) for v in text.replace(" ", "").split(",") if v]
     except ValueError:
-        raise ConfigError(f"{name} {text!r} must be comma-separated integers") from None
+        raise ConfigError(f"{name} {text!r} must be comma-separated integers", field=f"sweep-{name}") from None
     if not vals or min(vals) < 1:
-        raise ConfigError(f"{name} {text!r} must be positive integers")
+        raise ConfigError(f"{name} {text!r} must be positive integers", field=f"sweep-{name}")
     return vals
 
 
@@ -38,83 +40,118 @@ def throughput_chart(points: list[dict], width: int = 36) -> Table:
     return table
 
 
-def layer_chart(points: list[dict], width: int = 36) -> Table:
-    """Per-part ms per step for each arch, at the largest batch swept."""
-    table = Table(box=None, padding=(0, 1), show_edge=False)
+def layer_chart(points: list[dict], width: int = 30) -> Table:
+    """Per-part ms per step for each arch, at the largest batch swept, with each arch's step time beside the
+    sum of its parts (the parts are timed in synced steps; see :data:`SYNCED_NOTE`)."""
+    table = Table(box=None, padding=(0, 1), show_edge=False, title_justify="left")
     if not points:
         return table
     batch = max(p["batch"] for p in points)
     sel = [p for p in points if p["batch"] == batch]
-    table.title = f"ms per step by part, batch {batch}"
-    for col in ("part", "arch", "", "ms"):
+    sums = ", ".join(f"{p['arch']} {sum(l['fwd_ms'] + l['bwd_ms'] for l in p['layers']):.2f} ms "
+                     f"(step {p['ms_per_step']:.2f})" for p in sel)
+    table.title = f"ms per step by part, batch {batch}; parts summed: {sums}"
+    for col in ("part", "arch", "ms", ""):
         table.add_column(col, no_wrap=True, justify="right" if col == "ms" else "left")
     top = max((l["fwd_ms"] + l["bwd_ms"] for p in sel for l in p["layers"]), default=1.0) or 1.0
     for name in dict.fromkeys(l["name"] for p in sel for l in p["layers"]):
         for p in sel:
             ms = sum(l["fwd_ms"] + l["bwd_ms"] for l in p["layers"] if l["name"] == name)
-            table.add_row(name, p["arch"], Text("█" * max(0, int(width * ms / top)), style=COLORS.get(p["arch"], "white")),
-                          f"{ms:.3f}")
+            table.add_row(name.replace("layer ", ""), p["arch"], f"{ms:.3f}",
+                          Text("█" * max(0, int(width * ms / top)), style=COLORS.get(p["arch"], "white")))
     return table
+
+
+SYNCED_NOTE = ("Per-part times come from synced steps: each part is launched on its own and waited for, so each "
+               "pays a launch and a sync (on cpu-parallel, a wake-up of the worker threads) that the measured step, "
+               "one compute graph with no waits between parts, does not. Their sum can exceed the step time, and "
+               "more so where launches cost more: compare parts within an arch, and archs by samples/s.")
 
 
 def amdahl_text(a: dict | None) -> str:
     if not a:
         return "Amdahl: sweep cpu-serial to get the serial profile it is computed from."
-    measured = ", ".join(f"{k} {v:.2f}x" for k, v in a["measured"].items() if v is not None)
-    return (f"Amdahl: kernels {a['kernel_ms']:.2f} ms, host and launches {a['host_ms']:.2f} ms per cpu-serial "
-            f"step, p = {a['p']:.3f}; bound {a['bound_threads']:.2f}x for {a['threads']} threads, "
-            f"{a['bound_gpu']:.1f}x for a GPU; measured {measured or '—'}")
+    text = (f"Amdahl, from the cpu-serial profile: kernels {a['kernel_ms']:.2f} ms and host {a['host_ms']:.2f} ms "
+            f"(Python and launches) per step, so p = {a['p']:.3f} of it can run in parallel. If only the kernels ran "
+            f"{a['threads']}x faster, the step could be at most {a['bound_threads']:.2f}x faster on {a['threads']} "
+            f"threads, and {a['bound_gpu']:.1f}x with infinitely fast kernels (a GPU).")
+    measured = {k: v for k, v in a["measured"].items() if v is not None}
+    if measured:
+        text += " Measured: " + ", ".join(f"{k} {v:.2f}x" for k, v in measured.items()) + "."
+    over = [k for k, v in measured.items() if v > (a["bound_gpu"] if k == "cuda" else a["bound_threads"]) * 1.001]
+    if over:
+        text += (f" {', '.join(over)} beat the bound: it assumes the other backend does cpu-serial's work with "
+                 "only the kernels sped up and the host time unchanged. A backend that spends less host time per "
+                 "step (fewer or cheaper launches) or whose kernels use two cores' caches better passes it; so "
+                 "does a cpu-serial measurement slowed by other load on the machine (sweep again to tell).")
+    return text
 
 
-class AnalysisPane(Vertical):
+class AnalysisPane(Guarded, Vertical):
+    BINDINGS = bindings(ANALYSIS_KEYS)
+
     def compose(self) -> ComposeResult:
         with Horizontal(id="sweep-form"):
             yield Label("archs", classes="field-label")
-            yield Input("cpu-serial,cpu-parallel", id="sweep-archs")
+            yield Input("cpu-serial,cpu-parallel", id="sweep-archs", compact=True)
             yield Label("batch", classes="field-label")
-            yield Input("64,256", id="sweep-batch", classes="short")
+            yield Input("64,256", id="sweep-batch", compact=True)
             yield Label("filters", classes="field-label")
-            yield Input("", id="sweep-filters", classes="short", placeholder="as set")
+            yield Input("", id="sweep-filters", placeholder="as set", compact=True)
             yield Label("steps", classes="field-label")
-            yield Input("5", id="sweep-steps", classes="short")
+            yield Input("5", id="sweep-steps", compact=True)
         with Horizontal(id="sweep-progress-row"):
-            yield Button("Sweep [w]", id="sweep-run", variant="primary")
-            yield ProgressBar(id="sweep-progress", show_eta=False)
-            yield Static("", id="sweep-status")
+            yield Button("Sweep (w)", id="sweep-run", variant="primary", compact=True)
+            yield ProgressBar(id="sweep-progress", show_eta=False, total=1)
+            yield Static("enter in a field or w runs the sweep", id="sweep-status", markup=False)
         with VerticalScroll(id="sweep-results"):
             yield DataTable(id="sweep-table", zebra_stripes=True)
             yield Static(id="sweep-throughput")
             yield Static(id="sweep-layers")
-            yield Static(amdahl_text(None), id="sweep-amdahl")
+            yield Static(amdahl_text(None), id="sweep-amdahl", markup=False)
+            yield Static(SYNCED_NOTE, id="sweep-note", markup=False)
+
+    def on_input_submitted(self) -> None:
+        self.app.action_sweep()
 
     def on_mount(self) -> None:
         self.query_one("#sweep-table", DataTable).add_columns(
-            "arch", "thr", "batch", "filters", "samples/s", "s/epoch", "GFLOP/s", "speedup", "effic.", "K-F e")
+            "arch", "thr", "batch", "filters", "samples/s", "ms/step", "GFLOP/s", "speedup", "effic.", "K-F e")
 
     def job(self) -> dict:
         """The sweep asked for; raises ConfigError naming the field."""
         archs = [a.strip() for a in self.query_one("#sweep-archs", Input).value.split(",") if a.strip()]
         bad = [a for a in archs if a not in ARCHS]
         if bad or not archs:
-            raise ConfigError(f"archs: {bad[0] if bad else '(none)'!r} is not one of {', '.join(ARCHS)}")
+            raise ConfigError(f"archs: {bad[0] if bad else '(none)'!r} is not one of {', '.join(ARCHS)}",
+                              field="sweep-archs")
         filters_text = self.query_one("#sweep-filters", Input).value.strip()
         return {"archs": archs, "batches": _ints(self.query_one("#sweep-batch", Input).value, "batch"),
                 "filters": _ints(filters_text, "filters") if filters_text else [None],
                 "threads": [cpu_count()], "steps": _ints(self.query_one("#sweep-steps", Input).value, "steps")[0],
                 "repeats": 3, "warmup": 2}
 
-    def progress(self, i: int, n: int, what: str) -> None:
+    def progress(self, i: int, n: int | None, what: str) -> None:
+        """``n`` None: the sweep's size is not known yet (the bar pulses)."""
         self.query_one("#sweep-progress", ProgressBar).update(total=n, progress=i)
-        self.query_one("#sweep-status", Static).update(f"{i}/{n} {what}")
+        self.query_one("#sweep-status", Static).update(what if n is None else f"{i}/{n} {what}")
+
+    def refuse(self, err: ConfigError) -> None:
+        """A sweep that cannot run: the field at fault marked, the reason beside the bar."""
+        for field in self.query(Input):
+            field.set_class(field.id == err.field, "error")
+        self.query_one("#sweep-status", Static).update(f"✗ {err}")
 
     def show(self, points: list[dict], amdahl: dict | None) -> None:
         self.points = points
+        for field in self.query(Input):
+            field.remove_class("error")
         table = self.query_one("#sweep-table", DataTable)
         table.clear()
         fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
         for p in points:
             table.add_row(p["arch"], str(p["threads"]), str(p["batch"]), fmt(p["filters"], ""),
-                          f"{p['samples_per_s']:,.0f}", f"{p['epoch_s']:.2f}", f"{p['gflops']:.1f}",
+                          f"{p['samples_per_s']:,.0f}", f"{p['ms_per_step']:.2f}", f"{p['gflops']:.1f}",
                           fmt(p["speedup"], ".2f"), fmt(p["efficiency"], ".2f"), fmt(p["karp_flatt"], ".3f"))
         self.query_one("#sweep-throughput", Static).update(throughput_chart(points))
         self.query_one("#sweep-layers", Static).update(layer_chart(points))

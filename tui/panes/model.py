@@ -1,38 +1,86 @@
-"""The network editor: preset, input shape and loss, the layer table, and an in-place editor for one layer."""
+"""The network editor: preset, input shape and loss, the layer table, and one field per parameter of the
+selected layer.
+
+Typed text is never rewritten: a field that does not parse is marked, the layer keeps its last good value and
+training stays disabled until it parses. Each field belongs to one layer (the layer's dict itself, not a row
+number), so an edit can only ever change the layer it was typed for. The network is checked against the
+dataset chosen in the Data & training view as well, as a run would check it.
+"""
 from __future__ import annotations
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Grid, Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import DataTable, Input, Label, Select, Static
 
 from nncore.config import preset_configs
 from nncore.errors import ConfigError
 from nncore.losses import LOSSES
-from tui.state import LAYER_KINDS, Draft, format_params
+from tui.guard import Guarded
+from tui.keys import MODEL_KEYS, bindings
+from tui.state import LAYER_KINDS, Draft, Param, format_params, format_value, layer_params, parse_param, \
+    parse_shape, plural
 
 EMPTY = "(empty network)"
 
 
-def _fmt_flops(n: int) -> str:
+def fmt_flops(n: int) -> str:
     for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if n >= div:
             return f"{n / div:.1f}{unit}"
     return str(n)
 
 
-class ModelPane(Vertical):
-    BINDINGS = [
-        Binding("a", "add_layer", "Add layer", id="add_layer"),
-        Binding("d", "remove_layer", "Remove layer", id="remove_layer"),
-        Binding("shift+up", "move_layer(-1)", "Move up", id="move_up"),
-        Binding("shift+down", "move_layer(1)", "Move down", id="move_down"),
-    ]
+class LayerTable(DataTable):
+    """The layers, one row each; its keys add, remove, move and edit layers."""
 
+    BINDINGS = bindings(MODEL_KEYS)
+
+    def action_add_layer(self) -> None:
+        self.parent.ask_layer_type()
+
+    def action_remove_layer(self) -> None:
+        self.parent.remove_layer()
+
+    def action_move_layer(self, delta: int) -> None:
+        self.parent.move_layer(delta)
+
+    def action_edit_layer(self) -> None:
+        self.parent.focus_editor()
+
+
+class ParamInput(Input):
+    """A number field of one layer's parameter."""
+
+    def __init__(self, layer: dict, param: Param, text: str) -> None:
+        super().__init__(text, placeholder=param.placeholder, compact=True,
+                         classes="param", tooltip=f"{param.name}; empty: {param.placeholder}")
+        self.of_layer, self.param = layer, param
+
+
+class TypeSelect(Select):
+    """The type of one layer; another type replaces the layer with one of that type."""
+
+    def __init__(self, layer: dict) -> None:
+        super().__init__([(k, k) for k in LAYER_KINDS], value=layer["type"], allow_blank=False, compact=True,
+                         type_to_search=False, classes="layer-type")
+        self.of_layer = layer
+
+
+class InitSelect(Select):
+    """The init scheme of one layer (empty: the layer's default)."""
+
+    def __init__(self, layer: dict, param: Param) -> None:
+        super().__init__([("he", "he"), ("xavier", "xavier")], prompt="default", allow_blank=True,
+                         value=layer.get("init", Select.NULL), compact=True, type_to_search=False,
+                         classes="param")
+        self.of_layer, self.param = layer, param
+
+
+class ModelPane(Guarded, Vertical):
     class Changed(Message):
-        """The draft changed; ``valid`` says whether it builds."""
+        """The draft changed; ``valid`` says whether it builds and fits the dataset."""
 
         def __init__(self, valid: bool) -> None:
             super().__init__()
@@ -46,144 +94,232 @@ class ModelPane(Vertical):
     def __init__(self, draft: Draft, **kwargs):
         super().__init__(**kwargs)
         self.draft = draft
-        self._syncing = False
-        self.error: ConfigError | None = None
+        self.data = None  # the dataset's DatasetInfo, from the Data & training view
+        self.data_error: str | None = None  # why the dataset cannot be described, if it cannot
+        self.error: ConfigError | None = None  # the draft's first error
+        self.pending: dict[tuple[int, str], tuple[str, str]] = {}  # (id(layer) or 0, field) -> (text, why)
+        self.editing: dict | None = None  # the layer the editor's fields belong to
+        self.fields: list = []  # the editor's type select and parameter fields
 
     def compose(self) -> ComposeResult:
         presets = [(name, name) for name in preset_configs()] + [(EMPTY, EMPTY)]
         with Horizontal(id="model-top"):
-            yield Select(presets, prompt="preset", id="preset", allow_blank=True)
+            yield Label("preset", classes="field-label")
+            yield Select(presets, prompt="preset", id="preset", allow_blank=True, compact=True, type_to_search=False)
             yield Label("input", classes="field-label")
-            yield Input(id="input-shape", classes="short")
+            yield Input(id="input-shape", placeholder="from data", compact=True,
+                        tooltip="[features] or channels,height,width; empty: the dataset's")
             yield Label("loss", classes="field-label")
-            yield Select([(n, n) for n in LOSSES], id="loss", allow_blank=False, value="bce")
-        yield DataTable(id="layers", cursor_type="row", zebra_stripes=True)
-        with Horizontal(id="layer-editor"):
-            yield Select([(k, k) for k in LAYER_KINDS], id="layer-type", allow_blank=False, value="Linear")
-            yield Input(id="layer-params", placeholder="name=value, ...  e.g. out_channels=8, kernel_size=3")
-        yield Static(id="model-status")
+            yield Select([(n, n) for n in LOSSES], id="loss", allow_blank=False, value="bce", compact=True,
+                         type_to_search=False)
+        yield LayerTable(id="layers", cursor_type="row", zebra_stripes=True)
+        yield Grid(id="layer-editor")
+        yield Static(id="model-status", markup=False)
 
     def on_mount(self) -> None:
         self.load_draft(self.draft)
 
     # -- showing the draft --------------------------------------------------------------------------------
     def load_draft(self, draft: Draft, preset: str | None = None) -> None:
-        self.draft = draft
-        self._syncing = True
-        if preset is not None:
-            self.query_one("#preset", Select).value = preset
-        self.query_one("#input-shape", Input).value = ",".join(map(str, draft.input))
-        self.query_one("#loss", Select).value = draft.loss if draft.loss in LOSSES else "cross_entropy"
-        self._syncing = False
+        """Show ``draft``; ``preset``: the preset it came from (None: blank the preset)."""
+        self.draft, self.pending, self.editing = draft, {}, None
+        self.query_one("#preset", Select).value = preset if preset is not None else Select.NULL
+        shape = self.query_one("#input-shape", Input)
+        shape.value = ",".join(map(str, draft.input)) if draft.input is not None else ""
+        shape.remove_class("error")
+        self.query_one("#loss", Select).value = draft.loss
         self.refresh_table(0)
 
+    def set_data(self, info, error: str | None = None) -> None:
+        """The dataset the network must fit (a DatasetInfo), or why there is none."""
+        self.data, self.data_error = info, error
+        self.refresh_table()
+
+    @property
+    def table(self) -> LayerTable:
+        return self.query_one(LayerTable)
+
+    def selected(self) -> int:
+        return self.table.cursor_row if self.draft.layers else -1
+
     def refresh_table(self, cursor: int | None = None) -> None:
-        table = self.query_one("#layers", DataTable)
+        table = self.table
         row = table.cursor_row if cursor is None else cursor
-        rows, self.error = self.draft.check()
-        self._syncing = True
-        table.clear(columns=True)  # column widths from the current rows only, not from earlier ones
-        table.add_columns("#", "layer", "parameters", "output", "params", "fwd FLOPs")
+        present = {id(layer) for layer in self.draft.layers}
+        self.pending = {k: v for k, v in self.pending.items() if k[0] in present or k[0] == 0}
+        rows, self.error = self.draft.check(self.data)
+        bad_layers = {k[0] for k in self.pending}
+        table.clear()
+        if not table.columns:
+            table.add_columns("#", "layer", "parameters", "output", "params", "fwd FLOPs")
         for i, layer in enumerate(self.draft.layers):
-            bad = self.error is not None and self.error.layer == i
+            bad = (self.error is not None and self.error.layer == i) or id(layer) in bad_layers
             if i < len(rows):
                 r = rows[i]
-                cells = ("x".join(map(str, r["out_shape"])), f"{r['params']:,}", _fmt_flops(r["flops_fwd"]))
+                cells = ("x".join(map(str, r["out_shape"])), f"{r['params']:,}", fmt_flops(r["flops_fwd"]))
             else:
                 cells = ("✗ invalid" if bad else "—", "", "")
-            mark = "✗ " if bad else ""
-            table.add_row(f"{mark}{i}", layer.get("type", "?"), format_params(layer), *cells, key=str(i))
+            table.add_row(f"{'✗ ' if bad else ''}{i}", layer.get("type", "?"), format_params(layer), *cells)
         if self.draft.layers:
-            table.move_cursor(row=max(0, min(row, len(self.draft.layers) - 1)))
-        self._syncing = False
+            table.move_cursor(row=max(0, min(row, len(self.draft.layers) - 1)), animate=False)
         self._sync_editor()
-        status = self.query_one("#model-status", Static)
+        self._show_status(rows)
+
+    def problem(self) -> str | None:
+        """The first thing that keeps the network from training, or None."""
+        if self.pending:
+            order = {id(layer): i for i, layer in enumerate(self.draft.layers)}
+            key = min(self.pending, key=lambda k: order.get(k[0], -1))
+            return self.pending[key][1]
         if self.error is not None:
-            status.update(f"✗ {self.error}")
+            return str(self.error)
+        if self.data_error is not None:
+            return f"the dataset: {self.data_error}"
+        return None
+
+    def _show_status(self, rows: list[dict]) -> None:
+        status = self.query_one("#model-status", Static)
+        self.query_one("#input-shape", Input).set_class(
+            (0, "input") in self.pending or (self.error is not None and self.error.field == "model.input"), "error")
+        problem = self.problem()
+        if problem is not None:
+            status.update(f"✗ {problem}")
             status.add_class("error")
         else:
             total = sum(r["params"] for r in rows)
-            flops = sum(r["flops_fwd"] for r in rows)
-            status.update(f"✓ valid: {len(rows)} layers, {total:,} parameters, {_fmt_flops(flops)} forward FLOPs "
-                          "per sample")
+            fits = f"; fits {self.data.name}" if self.data is not None else ""
+            status.update(f"✓ valid: {plural(len(rows), 'layer')}, {plural(total, 'parameter')}, "
+                          f"{fmt_flops(sum(r['flops_fwd'] for r in rows))} forward FLOPs per sample{fits}")
             status.remove_class("error")
-        self.post_message(self.Changed(self.error is None))
+        self.post_message(self.Changed(problem is None))
 
     def _sync_editor(self) -> None:
-        table = self.query_one("#layers", DataTable)
-        i = table.cursor_row
-        editor = self.query_one("#layer-editor")
-        editor.disabled = not (0 <= i < len(self.draft.layers))
-        if editor.disabled:
+        """Rebuild the parameter fields when the selected layer is another one (or another type)."""
+        i = self.selected()
+        layer = self.draft.layers[i] if i >= 0 else None
+        if layer is self.editing and (layer is None or getattr(self, "_editing_type", None) == layer["type"]):
             return
-        self._syncing = True
-        layer = self.draft.layers[i]
-        self.query_one("#layer-type", Select).value = layer.get("type", "Linear")
-        params = self.query_one("#layer-params", Input)
-        if params.value != format_params(layer):
-            params.value = format_params(layer)
-        self._syncing = False
+        self.editing, self._editing_type = layer, layer["type"] if layer else None
+        editor = self.query_one("#layer-editor", Grid)
+        editor.remove_children()  # finishes later: the new fields carry no ids that could clash with the old
+        if layer is None:
+            self.fields = []
+            editor.mount(Label("no layers: press a to add one", classes="hint"))
+            return
+        widgets = [Label(f"layer {i}", classes="field-label"), TypeSelect(layer)]
+        for param in layer_params(layer["type"]):
+            widgets.append(Label(param.name, classes="field-label"))
+            if param.kind == "init":
+                widgets.append(InitSelect(layer, param))
+            else:
+                pending = self.pending.get((id(layer), param.name))
+                text = pending[0] if pending else format_value(layer[param.name]) if param.name in layer else ""
+                field = ParamInput(layer, param, text)
+                field.set_class(pending is not None, "error")
+                widgets.append(field)
+        self.fields = widgets[1::2]  # the type, then each parameter
+        editor.mount(*widgets)
+
+    def focus_editor(self) -> None:
+        """Focus the selected layer's first parameter (its type, where it has none)."""
+        if self.fields:
+            self.fields[min(1, len(self.fields) - 1)].focus()
 
     # -- edits --------------------------------------------------------------------------------------------
+    def _index(self, layer: dict) -> int | None:
+        return next((i for i, x in enumerate(self.draft.layers) if x is layer), None)
+
     @on(DataTable.RowHighlighted, "#layers")
     def _row_moved(self) -> None:
-        if not self._syncing:
-            self._sync_editor()
+        self._sync_editor()
 
-    @on(Select.Changed, "#layer-type")
+    @on(DataTable.RowSelected, "#layers")
+    def _row_chosen(self) -> None:
+        self.focus_editor()
+
+    @on(Select.Changed, ".layer-type")
     def _type_changed(self, event: Select.Changed) -> None:
-        i = self.query_one("#layers", DataTable).cursor_row
-        if self._syncing or not 0 <= i < len(self.draft.layers):
+        layer = event.select.of_layer
+        i = self._index(layer)
+        if i is None or event.value == layer["type"] or event.value is Select.NULL:
             return
         self.draft.set_type(i, str(event.value))
         self.refresh_table(i)
 
-    @on(Input.Changed, "#layer-params")
-    def _params_changed(self, event: Input.Changed) -> None:
-        i = self.query_one("#layers", DataTable).cursor_row
-        if self._syncing or not 0 <= i < len(self.draft.layers):
+    @on(Input.Changed, ".param")
+    def _param_typed(self, event: Input.Changed) -> None:
+        field: ParamInput = event.input
+        i = self._index(field.of_layer)
+        if i is None:  # a field of a layer that is gone
             return
+        key = (id(field.of_layer), field.param.name)
         try:
-            self.draft.set_params(i, event.value)
-        except ConfigError as err:  # not parseable yet: say so, keep the last good parameters
-            status = self.query_one("#model-status", Static)
-            status.update(f"✗ {err}")
-            status.add_class("error")
-            self.post_message(self.Changed(False))
+            value = parse_param(field.param, event.value)
+        except ValueError as exc:
+            self.pending[key] = (event.value, f"layer {i} ({field.of_layer['type']}): {exc}")
+            field.add_class("error")
+            self.refresh_table()
             return
-        self.refresh_table(i)
+        self.pending.pop(key, None)
+        field.remove_class("error")
+        if value is None:
+            field.of_layer.pop(field.param.name, None)
+        else:
+            field.of_layer[field.param.name] = value
+        self.refresh_table()
+
+    @on(Select.Changed, ".param")
+    def _init_chosen(self, event: Select.Changed) -> None:
+        field: InitSelect = event.select
+        if self._index(field.of_layer) is None:
+            return
+        if event.value is Select.NULL:
+            field.of_layer.pop("init", None)
+        else:
+            field.of_layer["init"] = str(event.value)
+        self.refresh_table()
 
     @on(Input.Changed, "#input-shape")
     def _input_changed(self, event: Input.Changed) -> None:
-        if self._syncing:
-            return
         try:
-            self.draft.input = [int(v) for v in event.value.replace("x", ",").split(",") if v.strip()]
-        except ValueError:
-            self.draft.input = [event.value]  # refused by the check, which names it
+            shape = parse_shape(event.value)
+        except ValueError as exc:
+            self.pending[(0, "input")] = (event.value, f"model.{exc}")
+            self.refresh_table()
+            return
+        self.pending.pop((0, "input"), None)
+        self.draft.input = shape
         self.refresh_table()
 
     @on(Select.Changed, "#loss")
     def _loss_changed(self, event: Select.Changed) -> None:
-        if not self._syncing:
+        if event.value != self.draft.loss:
             self.draft.loss = str(event.value)
             self.refresh_table()
 
     @on(Select.Changed, "#preset")
     def _preset_changed(self, event: Select.Changed) -> None:
-        if not self._syncing and event.value is not Select.BLANK and event.value != self.draft.name:
+        if event.value is not Select.NULL and event.value != self.draft.name:
             self.post_message(self.PresetChosen(str(event.value)))
 
-    def action_add_layer(self) -> None:
-        table = self.query_one("#layers", DataTable)
-        at = table.cursor_row + 1 if self.draft.layers else 0
-        self.refresh_table(self.draft.add("Linear", at))
+    def ask_layer_type(self) -> None:
+        from tui.screens.pick import PickScreen
 
-    def action_remove_layer(self) -> None:
-        i = self.query_one("#layers", DataTable).cursor_row
-        self.draft.remove(i)
-        self.refresh_table(max(0, i - 1))
+        def add(kind: str | None) -> None:
+            if kind is not None:
+                at = self.selected() + 1
+                self.refresh_table(self.draft.add(kind, at))
+                self.call_after_refresh(self.focus_editor)
 
-    def action_move_layer(self, delta: int) -> None:
-        i = self.query_one("#layers", DataTable).cursor_row
-        self.refresh_table(self.draft.move(i, delta))
+        self.app.open_dialog(PickScreen("Add which layer?", LAYER_KINDS), add)
+
+    def remove_layer(self) -> None:
+        i = self.selected()
+        if i >= 0:
+            self.draft.remove(i)
+            self.refresh_table(max(0, i - 1))
+
+    def move_layer(self, delta: int) -> None:
+        i = self.selected()
+        if i >= 0:
+            self.refresh_table(self.draft.move(i, delta))

@@ -1,15 +1,16 @@
-"""Every finished, stopped or failed run, with its speedup over the cpu-serial run of the same network."""
+"""Every run of the session, with its speedup over the cpu-serial run of the same network and batch size."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from tui.state import COLUMNS, RunRecord
+from tui.guard import Guarded
+from tui.keys import RUNS_KEYS, bindings
+from tui.state import COLUMNS, HEADERS, MEANING, RunRecord
 
-
-HEADERS = {"threads": "thr", "epochs": "ep", "test_acc": "test acc", "s_per_epoch": "s/epoch",
-           "samples_per_s": "samples/s"}
+LEGEND = " · ".join(f"{HEADERS.get(k, k)}: {v}" for k, v in MEANING.items() if k in
+                    ("samples_per_s", "speedup", "test_acc", "s_per_epoch"))
 
 
 def _cell(key: str, value) -> str:
@@ -26,23 +27,35 @@ def _cell(key: str, value) -> str:
     return str(value)
 
 
-class RunsPane(Vertical):
+class RunsTable(DataTable):
+    BINDINGS = bindings(RUNS_KEYS)
+
+
+class RunsPane(Guarded, Vertical):
     def compose(self) -> ComposeResult:
-        yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
-        yield Static("r: rerun the selected run on the next backend · e: export CSV and JSON", id="runs-hint")
+        yield RunsTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        yield Static("no runs yet: start one with s (F6)", id="runs-hint", markup=False)
+        yield Static(LEGEND, id="runs-legend", markup=False)
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(*[HEADERS.get(c, c) for c in COLUMNS])
 
     def show(self, runs: list[RunRecord]) -> None:
+        """Bring the table up to date: new runs added, changed cells updated (a long session's table is not
+        rebuilt at every epoch)."""
         table = self.query_one(DataTable)
-        row = table.cursor_row
-        table.clear()
         for i, run in enumerate(runs):
             rec = run.row()
-            table.add_row(*[_cell(c, rec[c]) for c in COLUMNS], key=str(i))
-        if runs:
-            table.move_cursor(row=min(max(row, 0), len(runs) - 1))
+            cells = [_cell(c, rec[c]) for c in COLUMNS]
+            if i < table.row_count:
+                for col, (old, new) in enumerate(zip(table.get_row_at(i), cells)):
+                    if old != new:
+                        table.update_cell_at((i, col), new, update_width=True)
+            else:
+                table.add_row(*cells, key=str(i))
+        self.query_one("#runs-hint", Static).update(
+            "r: rerun the selected run on the next backend · e: export as CSV or JSON" if runs else
+            "no runs yet: start one with s (F6)")
 
     def selected(self) -> int:
         return self.query_one(DataTable).cursor_row

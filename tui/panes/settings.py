@@ -1,12 +1,14 @@
 """Data and training settings: dataset, sizes, optimizer, learning rate, batch, epochs, seed, backend.
 
-Every field is checked as it is typed; a bad value is marked in place with the reason under the form, and
-training stays disabled until it is fixed.
+Every field is checked as it is typed, with the same rules as a config file: a bad value is marked in place,
+the reason shown under the form, and training stays disabled until it is fixed. The dataset is described
+(its input shape and classes, from IDX headers at most) so the Model view can check the network against it.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Grid, VerticalScroll
@@ -14,12 +16,13 @@ from textual.message import Message
 from textual.widgets import Input, Label, RadioButton, RadioSet, Select, Static
 
 from nncore.config import DATA_FIELDS, TRAIN_FIELDS, RunConfig
-from nncore.data import available_datasets
+from nncore.data import SYNTHETIC, available_datasets, describe
 from nncore.distributed import mpi_missing
-from nncore.errors import ConfigError
+from nncore.errors import ConfigError, LayerlabError
 from nncore.runtime import available_archs
+from tui.guard import Guarded
 
-IDX_DIR = "idx"  # the dataset choice that reads --data DIR
+IDX_DIR = "idx"  # the dataset choice that reads an IDX directory
 NUMERIC = {  # field id -> (section, key, type)
     "samples": ("data", "samples", int), "noise": ("data", "noise", float),
     "test_ratio": ("data", "test_ratio", float), "val_ratio": ("data", "val_ratio", float),
@@ -27,121 +30,162 @@ NUMERIC = {  # field id -> (section, key, type)
     "batch_size": ("train", "batch_size", int), "epochs": ("train", "epochs", int),
     "seed": ("train", "seed", int), "threads": ("train", "threads", int), "ranks": ("train", "ranks", int),
 }
+SYNTHETIC_ONLY = ("samples", "noise", "test_ratio")
+HINTS = {"threads": "all cores", "ranks": "1", "path": "a directory of MNIST-format IDX files"}
+LABELS = {"ranks": "MPI ranks", "path": "IDX dir"}
 
 
+def _number(text: str, kind: type, section: str, key: str):
+    """A typed number; ASCII digits only (``int("５")`` would take a full-width 5)."""
+    try:
+        if not text.isascii():
+            raise ValueError
+        return kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise ConfigError(f"{section}.{key} {text!r} must be {what}", field=f"{section}.{key}") from None
 
-class SettingsPane(VerticalScroll):
+
+class SettingsPane(Guarded, VerticalScroll):
     class Changed(Message):
-        def __init__(self, valid: bool) -> None:
+        """The settings changed: ``valid``, and the dataset they name (a DatasetInfo) or why it cannot be used."""
+
+        def __init__(self, valid: bool, data=None, data_error: str | None = None) -> None:
             super().__init__()
-            self.valid = valid
+            self.valid, self.data, self.data_error = valid, data, data_error
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.archs = available_archs()
         self.error: str | None = None
-        self._loading = False
+        self.data = None  # the DatasetInfo of the dataset chosen, when it can be described
 
     def compose(self) -> ComposeResult:
         datasets = [(n, n) for n in available_datasets()] + [("IDX directory…", IDX_DIR)]
         self.dataset_names = [v for _, v in datasets]
         with Grid(id="settings-grid"):
             yield Label("dataset")
-            yield Select(datasets, id="dataset", allow_blank=False, value="quadrant")
-            yield Label("IDX directory")
-            yield Input(id="path", placeholder="a directory of MNIST-format IDX files")
+            yield Select(datasets, id="dataset", allow_blank=False, value="quadrant", compact=True,
+                         type_to_search=False)
+            yield Label(LABELS["path"])
+            yield Input(id="path", placeholder=HINTS["path"], compact=True, disabled=True)
             for key in ("samples", "noise", "test_ratio", "val_ratio"):
                 yield Label(key.replace("_", " "))
-                yield Input(id=key, classes="short")
+                yield Input(id=key, compact=True)
             yield Label("optimizer")
-            yield Select([("sgd", "sgd"), ("adam", "adam")], id="optimizer", allow_blank=False, value="sgd")
+            yield Select([("sgd", "sgd"), ("adam", "adam")], id="optimizer", allow_blank=False, value="sgd",
+                         compact=True, type_to_search=False)
             for key in ("lr", "momentum", "batch_size", "epochs", "seed", "threads", "ranks"):
-                yield Label(key.replace("_", " ") + (" (MPI)" if key == "ranks" else ""))
-                hint = {"threads": "all cores", "ranks": "1"}.get(key, "")
-                yield Input(id=key, classes="short", placeholder=hint)
-        yield Label("backend")
-        with RadioSet(id="backend"):
+                yield Label(LABELS.get(key, key.replace("_", " ")))
+                yield Input(id=key, compact=True, placeholder=HINTS.get(key, "default"))
+        yield Label("backend", id="backend-label")
+        with RadioSet(id="backend", compact=True):
             for s in self.archs:
                 label = s.name if s.available else f"{s.name} — unavailable: {s.reason}"
-                yield RadioButton(label, value=s.name == "cpu-parallel", disabled=not s.available, name=s.name)
-        yield Static(id="settings-status")
+                yield RadioButton(Text(label), value=s.name == "cpu-parallel", disabled=not s.available, name=s.name)
+        yield Static(id="settings-status", markup=False)
+
+    def on_mount(self) -> None:
+        self.validate()
 
     def load(self, data: dict, train: dict) -> None:
-        """Show a config's [data] and [train] tables."""
-        self._loading = True
-        dataset = data.get("dataset") or (IDX_DIR if data.get("path") else None)
-        if dataset is not None:
-            self.query_one("#dataset", Select).value = dataset if dataset in self.dataset_names else "quadrant"
+        """Show a checked config's [data] and [train] tables (nncore.config.check_run accepted them)."""
+        dataset = IDX_DIR if data.get("path") else data.get("dataset") or "quadrant"
+        self.query_one("#dataset", Select).value = dataset if dataset in self.dataset_names else "quadrant"
         self.query_one("#path", Input).value = data.get("path") or ""
         for fid, (section, key, _) in NUMERIC.items():
             value = (data if section == "data" else train).get(key)
             self.query_one(f"#{fid}", Input).value = "" if value is None else str(value)
         self.query_one("#optimizer", Select).value = train.get("optimizer", "sgd")
         self.set_arch(train.get("arch", "cpu-parallel"))
-        self._loading = False
         self.validate()
 
-    def set_arch(self, arch: str) -> bool:
+    def set_arch(self, arch: str) -> str | None:
+        """Choose ``arch`` if it is available here; returns it, or None."""
         for button in self.query(RadioButton):
             if button.name == arch and not button.disabled:
                 button.value = True
-                return True
-        return False
+                self._arch = arch
+                return arch
+        return None
 
     def arch(self) -> str:
-        pressed = self.query_one("#backend", RadioSet).pressed_button
-        return pressed.name if pressed is not None else "cpu-parallel"
+        chosen = getattr(self, "_arch", None)
+        if chosen is None:
+            pressed = self.query_one("#backend", RadioSet).pressed_button
+            chosen = pressed.name if pressed is not None else "cpu-parallel"
+        return chosen
 
     def values(self) -> tuple[dict, dict]:
-        """The [data] and [train] tables; raises ConfigError naming the first bad field."""
+        """The [data] and [train] tables; raises ConfigError naming the first bad field (``.field``)."""
         data, train = {}, {"arch": self.arch(), "optimizer": str(self.query_one("#optimizer", Select).value)}
+        dataset = str(self.query_one("#dataset", Select).value)
         for fid, (section, key, kind) in NUMERIC.items():
             text = self.query_one(f"#{fid}", Input).value.strip()
-            if not text:
-                continue
-            try:
-                value = kind(text)
-            except ValueError:
-                raise ConfigError(f"{section}.{key} {text!r} must be {'an integer' if kind is int else 'a number'}") from None
-            (data if section == "data" else train)[key] = value
-        dataset = str(self.query_one("#dataset", Select).value)
+            if text and not (fid in SYNTHETIC_ONLY and dataset not in SYNTHETIC):
+                (data if section == "data" else train)[key] = _number(text, kind, section, key)
         if dataset == IDX_DIR:
             path = self.query_one("#path", Input).value.strip()
-            if not path or not Path(path).expanduser().is_dir():
-                raise ConfigError(f"data.path {path!r} is not a directory" if path else "data.path: give a directory")
-            data["path"] = str(Path(path).expanduser())
+            if not path:
+                raise ConfigError("data.path: give a directory of IDX files", field="data.path")
+            data["path"] = str(Path(path).expanduser().absolute())
         else:
             data["dataset"] = dataset
         cfg = RunConfig({}, data, train, source="settings")  # the same checks as a config file
         if cfg.train["ranks"] > 1 and (why := mpi_missing()):
-            raise ConfigError(f"train.ranks {cfg.train['ranks']}: {why}")
+            raise ConfigError(f"train.ranks {cfg.train['ranks']}: {why}", field="train.ranks")
         return ({k: v for k, v in cfg.data.items() if v != DATA_FIELDS[k][0] or k in data},
                 {k: v for k, v in cfg.train.items() if v != TRAIN_FIELDS[k][0] or k in train})
 
-    def validate(self) -> bool:
-        for widget in self.query(Input):
-            widget.remove_class("error")
-        status = self.query_one("#settings-status", Static)
+    def _describe(self, data: dict):
+        """The dataset's DatasetInfo; a LayerlabError (field data.path or data.dataset) if it cannot be used."""
         try:
-            self.values()
-        except ConfigError as err:
-            self.error = str(err).replace("settings: ", "")
-            field = self.error.split()[0].split(".")[-1]
-            for widget in self.query(f"#{field}"):
+            return describe(data.get("dataset"), data.get("path"), samples=data.get("samples", 1000),
+                            noise=data.get("noise", 0.0), test_ratio=data.get("test_ratio", 0.2))
+        except LayerlabError as exc:
+            if getattr(exc, "field", None) is None:
+                exc.field = "data.path" if data.get("path") else "data.dataset"
+            raise
+
+    def validate(self) -> bool:
+        dataset = str(self.query_one("#dataset", Select).value)
+        self.query_one("#path", Input).disabled = dataset != IDX_DIR
+        for fid in SYNTHETIC_ONLY:
+            self.query_one(f"#{fid}", Input).disabled = dataset not in SYNTHETIC
+        for widget in self.query(".error"):
+            if widget.id != "settings-status":
+                widget.remove_class("error")
+        status = self.query_one("#settings-status", Static)
+        data_error = None
+        try:
+            data, _ = self.values()
+            try:
+                self.data = self._describe(data)
+            except LayerlabError as exc:
+                self.data, data_error = None, str(exc)
+                raise
+        except LayerlabError as err:
+            self.error = str(err).removeprefix("settings: ")
+            field = (getattr(err, "field", None) or "").split(".")[-1]
+            for widget in self.query(f"#{field}") if field.isidentifier() else []:
                 widget.add_class("error")
             status.update(f"✗ {self.error}")
             status.add_class("error")
-            self.post_message(self.Changed(False))
+            self.post_message(self.Changed(False, None, data_error))
             return False
         self.error = None
-        status.update("✓ settings are valid")
+        status.update(f"✓ settings are valid; {self.data.name}: input {'x'.join(map(str, self.data.input_shape))}, "
+                      f"{self.data.n_classes} classes")
         status.remove_class("error")
-        self.post_message(self.Changed(True))
+        self.post_message(self.Changed(True, self.data))
         return True
 
     @on(Input.Changed)
     @on(Select.Changed)
-    @on(RadioSet.Changed)
     def _changed(self) -> None:
-        if not self._loading:
-            self.validate()
+        self.validate()
+
+    @on(RadioSet.Changed)
+    def _arch_changed(self, event: RadioSet.Changed) -> None:
+        self._arch = event.pressed.name
+        self.validate()

@@ -1,77 +1,116 @@
-"""The training view: controls, progress, loss sparklines, accuracy, per-layer timing bars, decision boundary."""
+"""The training view: controls, progress, loss sparklines, accuracy, per-layer timing bars, decision boundary.
+
+Rates and the ETA leave paused time out. The decision boundary is shown for 2-D datasets only; the space is the
+curves' otherwise.
+"""
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Label, ProgressBar, Sparkline, Static
 
+from tui.guard import Guarded
 from tui.widgets.boundary import BoundaryPlot
 from tui.widgets.timing import RankBars, TimingBars
 
 
-class TrainPane(Vertical):
+def fmt_duration(seconds: float) -> str:
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
+def f4(value: float | None) -> str:
+    """A loss as shown: four decimals, or — where it is not a number (a diverged run)."""
+    return "—" if value is None or value != value else f"{value:.4f}"
+
+
+def _curve_label(name: str, values: list[float]) -> str:
+    finite = [v for v in values if v == v]
+    if not finite:
+        return name
+    return f"{name} {finite[-1]:.4f} (min {min(finite):.4f}, first {finite[0]:.4f})"
+
+
+class TrainPane(Guarded, Vertical):
     def compose(self) -> ComposeResult:
         with Horizontal(id="controls"):
-            yield Button("Start [s]", id="start", variant="success")
-            yield Button("Pause [p]", id="pause")
-            yield Button("Step [n]", id="step")
-            yield Button("Stop [x]", id="stop", variant="error")
-            yield Static("idle", id="run-state")
-        with Horizontal(id="progress-row"):
-            yield ProgressBar(id="progress", show_eta=False, show_percentage=True)
-            yield Static("", id="progress-label")
+            yield Button("Start (s)", id="start", variant="success", compact=True)
+            yield Button("Pause (p)", id="pause", compact=True)
+            yield Button("Step (n)", id="step", compact=True)
+            yield Button("Stop (x)", id="stop", variant="error", compact=True)
+            yield Static("idle", id="run-state", markup=False)
+        yield ProgressBar(id="progress", show_eta=False, show_percentage=True, total=1)
+        yield Static("", id="progress-label", markup=False)
+        yield Static("test acc —", id="accuracy", markup=False)
         with Horizontal(id="train-body"):
             with Vertical(id="curves"):
-                yield Label("train loss", classes="curve-label")
+                yield Label("train loss", id="train-loss-label", classes="curve-label", markup=False)
                 yield Sparkline([], id="train-loss")
-                yield Label("test loss", classes="curve-label")
+                yield Label("test loss", id="test-loss-label", classes="curve-label", markup=False)
                 yield Sparkline([], id="test-loss")
-                yield Static("accuracy —", id="accuracy")
                 yield TimingBars(id="timings")
                 yield RankBars(id="rank-times")
             yield BoundaryPlot(id="boundary")
 
-    def reset(self, steps_total: int | None = None) -> None:
+    def reset(self, steps_total: int | None = 1, boundary: bool = True) -> None:
+        """A new run (``steps_total`` None: not known yet, the bar pulses); ``boundary``: a 2-D dataset."""
         self.train_losses: list[float] = []
         self.test_losses: list[float] = []
-        self.best_acc = 0.0
-        self.last_acc: float | None = None
+        self.best_acc: float | None = None
         self.query_one("#train-loss", Sparkline).data = []
         self.query_one("#test-loss", Sparkline).data = []
-        self.query_one("#accuracy", Static).update("accuracy —")
+        self.query_one("#train-loss-label", Label).update("train loss")
+        self.query_one("#test-loss-label", Label).update("test loss")
+        self.query_one("#accuracy", Static).update("test acc — (after the first epoch)")
         self.query_one("#progress", ProgressBar).update(total=steps_total, progress=0)
         self.query_one("#progress-label", Static).update("")
         self.query_one("#boundary", BoundaryPlot).clear()
+        self.query_one("#boundary").display = boundary
+        self.query_one("#timings", TimingBars).clear()
         self.query_one("#rank-times", RankBars).clear()
 
     def set_state(self, text: str, running: bool, paused: bool, can_start: bool, pausable: bool = True) -> None:
         self.query_one("#run-state", Static).update(text)
         self.query_one("#start", Button).disabled = running or not can_start
         self.query_one("#pause", Button).disabled = not (running and pausable)
-        self.query_one("#pause", Button).label = "Resume [p]" if paused else "Pause [p]"
+        self.query_one("#pause", Button).label = "Resume (p)" if paused else "Pause (p)"
         self.query_one("#step", Button).disabled = not (running and paused)
         self.query_one("#stop", Button).disabled = not running
 
-    def on_step(self, msg: dict, steps_total: int, started_at: float, now: float) -> None:
-        self.train_losses = (self.train_losses + [msg["loss"] if msg["loss"] is not None else float("nan")])[-400:]
+    def on_step(self, msg: dict, steps_total: int, epochs: int, active_s: float) -> None:
+        """A step event; ``active_s``: the run's time so far, paused time excluded."""
+        loss = msg["loss"] if msg["loss"] is not None else float("nan")
+        self.train_losses = (self.train_losses + [loss])[-400:]
         self.query_one("#train-loss", Sparkline).data = list(self.train_losses)  # replaced, not mutated
+        self.query_one("#train-loss-label", Label).update(_curve_label("train loss", self.train_losses))
         self.query_one("#progress", ProgressBar).update(total=steps_total, progress=msg["step"])
-        left = (steps_total - msg["step"]) * (now - started_at) / max(msg["step"], 1)
+        left = (steps_total - msg["step"]) * active_s / max(msg["step"], 1)
         comm = f" · comm {100 * msg['comm_share']:.0f}%" if msg.get("comm_share") is not None else ""
         self.query_one("#progress-label", Static).update(
-            f"epoch {msg['epoch']} · step {msg['step']}/{steps_total} · {msg['samples_per_s']:,.0f} samples/s{comm} · "
-            f"ETA {left:.0f}s")
+            f"epoch {msg['epoch']}/{epochs} · step {msg['step']:,}/{steps_total:,} · "
+            f"{msg['samples_per_s']:,.0f} samples/s{comm} · ETA {fmt_duration(left)}")
 
     def on_epoch(self, msg: dict) -> None:
-        self.test_losses = self.test_losses + [msg["test_loss"]]
+        self.test_losses = self.test_losses + [msg["test_loss"] if msg["test_loss"] is not None else float("nan")]
         self.query_one("#test-loss", Sparkline).data = list(self.test_losses)
-        self.last_acc = msg["test_acc"]
-        self.best_acc = max(self.best_acc, msg["test_acc"])
+        self.query_one("#test-loss-label", Label).update(_curve_label("test loss", self.test_losses))
+        acc = msg["test_acc"]
+        self.best_acc = acc if self.best_acc is None else max(self.best_acc, acc)
         self.query_one("#accuracy", Static).update(
-            f"epoch {msg['epoch']}: test accuracy {msg['test_acc']:.4f} (best {self.best_acc:.4f}) · "
-            f"train loss {msg['train_loss']:.4f} · test loss {msg['test_loss']:.4f}")
+            f"epoch {msg['epoch']}: test acc {acc:.4f} (best {self.best_acc:.4f}) · "
+            f"train loss {f4(msg['train_loss'])} · test loss {f4(msg['test_loss'])}")
         if msg.get("timings"):
             self.query_one("#timings", TimingBars).show(msg["timings"])
         if msg.get("ranks"):
             self.query_one("#rank-times", RankBars).show(msg["ranks"], msg.get("comm_share"))
         self.query_one("#progress", ProgressBar).update(progress=msg["steps"])
+
+    def on_end(self, steps_done: int) -> None:
+        """The run ended: the bar stops where it got to (never pulsing on after it)."""
+        bar = self.query_one("#progress", ProgressBar)
+        if bar.total is None:
+            bar.update(total=max(steps_done, 1), progress=steps_done)
