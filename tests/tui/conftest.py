@@ -11,6 +11,28 @@ FIXED_ARCHS = [ArchStatus("cpu-serial", True, "", "test CPU"), ArchStatus("cpu-p
 FIXED_DATASETS = {"quadrant": "", "circle": "", "xor": "", "gauss": "", "spiral": "", "fashion-subset": ""}
 
 
+@pytest.fixture(autouse=True)
+def app_home(tmp_path, monkeypatch):
+    """Every app under test logs and saves under the test's own directory, and must end the test without having
+    survived an error: the guard that keeps the app up would otherwise hide it."""
+    import tui.app
+
+    monkeypatch.setenv("LAYERLAB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LAYERLAB_SAVE_DIR", str(tmp_path / "saved"))
+    apps = []
+    original = tui.app.LayerlabApp.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        apps.append(self)
+
+    monkeypatch.setattr(tui.app.LayerlabApp, "__init__", init)
+    yield apps
+    for app in apps:
+        if not getattr(app, "errors_expected", False):
+            assert not app.errors, f"the app survived errors it should not have met: {app.errors!r}"
+
+
 @pytest.fixture
 def fixed_env(monkeypatch):
     """The same backends and datasets on every machine, so screenshots do not depend on it."""
@@ -46,6 +68,67 @@ def scripted_run(epochs=3, steps_per_epoch=10):
                    "points": [[-0.5, 0.5, 1], [0.5, 0.5, 0], [0.5, -0.5, 1], [-0.5, -0.5, 0]]})
     out.append(ev.RunFinished(epochs, step, 0.2, 0.97, 0.97, 2.0, 6000.0, False).to_dict())
     return out
+
+
+class FakeHandle:
+    """Stands in for tui.child.RunHandle: records the config and plays a scripted run, a few events a poll."""
+
+    started: list = []
+    per_poll = 3  # events handed over per poll (the app polls every 50 ms)
+
+    def __init__(self, cfg, boundary=True, target=None, events=None):
+        FakeHandle.started.append(cfg)
+        self.events = list(events if events is not None else scripted_run())
+        self.finished = self.closed = False
+        self.sent: list[str] = []
+
+    def poll(self, limit=500):
+        out, self.events = self.events[:self.per_poll], self.events[self.per_poll:]
+        if not self.events:
+            self.finished = self.closed = True
+        return out
+
+    def send(self, cmd):
+        self.sent.append(cmd)
+
+    @property
+    def died(self):
+        return False
+
+    def exitcode(self):
+        return 0
+
+    def shutdown(self, timeout=3.0):
+        self.closed = True
+
+    class proc:  # noqa: N801 (what the app joins when the run retires)
+        @staticmethod
+        def join(timeout=None):
+            pass
+
+        @staticmethod
+        def is_alive():
+            return False
+
+        @staticmethod
+        def kill():
+            pass
+
+
+@pytest.fixture
+def fake_runs(monkeypatch):
+    """Runs that play scripted events instead of starting a training process."""
+    import tui.app
+
+    FakeHandle.started = []
+    monkeypatch.setattr(tui.app, "RunHandle", FakeHandle)
+    return FakeHandle.started
+
+
+def screen_text(app) -> str:
+    """What the terminal shows, as plain text, one line per row (modal screens included)."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join(strip.text for strip in strips)
 
 
 async def wait_for(pilot, cond, timeout=60.0):

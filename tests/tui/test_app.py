@@ -1,5 +1,6 @@
 """The app driven as a person would (Textual's pilot), with the real training process where it matters."""
 import asyncio
+import json
 import os
 import signal
 import time
@@ -7,6 +8,7 @@ import time
 import pytest
 from textual.widgets import Button, DataTable, Input, Select, Sparkline
 
+from nncore.config import load_config
 from tests.tui.conftest import scripted_run, wait_for
 from tui.app import LayerlabApp
 from tui.screens.help import HelpScreen
@@ -28,6 +30,11 @@ def recording(app):
     return seen
 
 
+def param(app, name):
+    """The Model view's field for the selected layer's parameter ``name``."""
+    return next(f for f in app.query_one("#model-pane").fields if getattr(f, "param", None) and f.param.name == name)
+
+
 async def test_edit_the_network(fixed_env):
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
@@ -39,22 +46,26 @@ async def test_edit_the_network(fixed_env):
         assert app.draft.name == "cnn" and table.row_count == 5
         assert "64x26x26" in str(table.get_row_at(0)) and app.query_one("#dataset", Select).value == "fashion-subset"
         table.focus()
-        await pilot.press("a")
-        assert table.row_count == 6 and app.draft.layers[1]["type"] == "Linear"
+        await pilot.press("a")  # asks for the type: Linear is first
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: table.row_count == 6)
+        assert app.draft.layers[1] == {"type": "Linear", "out_features": 16}
+        table.focus()
         await pilot.press("d")
         assert table.row_count == 5 and app.draft.layers[1]["type"] == "ReLU"
         # An invalid network: marked at the layer at fault, training disabled.
         table.move_cursor(row=0)
         await pilot.pause()
-        app.query_one("#layer-params", Input).value = "out_channels=64, kernel_size=40"
+        param(app, "kernel_size").value = "40"
         await wait_for(pilot, lambda: app.query_one("#model-pane").error is not None)
         status = str(app.query_one("#model-status").render())
         assert "layer 0 (Conv2D): kernel_size 40" in status
         assert str(table.get_row_at(0)[0]).startswith("✗")
         await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)  # follows by message
+        table.focus()
         await pilot.press("s")
         assert app.handle is None
-        app.query_one("#layer-params", Input).value = "out_channels=64, kernel_size=3"
+        param(app, "kernel_size").value = "3"
         await wait_for(pilot, lambda: app.query_one("#model-pane").error is None)
         await wait_for(pilot, lambda: not app.query_one("#start", Button).disabled, 10)
 
@@ -74,7 +85,7 @@ async def test_bad_settings_are_marked_inline(fixed_env):
 
 
 async def test_a_real_run_on_cpu_serial(tmp_path):
-    app = LayerlabApp("quadrant", export_dir=tmp_path)
+    app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
         seen = recording(app)
         assert app.query_one("#settings-pane").set_arch("cpu-serial")
@@ -90,7 +101,7 @@ async def test_a_real_run_on_cpu_serial(tmp_path):
         assert len(timed[-1]["timings"]) == 5 + 3  # every layer, then data, loss and optimizer
         shown = str(app.query_one("#accuracy").render())
         newest = [m for m in seen if m["event"] == "epoch_end"][-1]
-        assert f"epoch {newest['epoch']}: test accuracy {newest['test_acc']:.4f}" in shown
+        assert f"epoch {newest['epoch']}: test acc {newest['test_acc']:.4f}" in shown
         assert any(m["event"] == "boundary" for m in seen) and app.query_one("#boundary").grid is not None
         await pilot.press("x")
         await wait_for(pilot, lambda: app.handle is None)
@@ -98,11 +109,17 @@ async def test_a_real_run_on_cpu_serial(tmp_path):
         table = app.query_one("#runs-table", DataTable)
         assert table.row_count == 1
         row = [str(c) for c in table.get_row_at(0)]
-        assert row[0] == "quadrant" and row[1] == "cpu-serial" and row[-1] == "stopped"
+        assert row[0] == "quadrant" and row[1] == "cpu-serial" and row[5] == "stopped"
         assert last["epoch"] >= 2
+        app.query_one("#runs-table").focus()
         await pilot.press("e")
         await pilot.pause()
-        assert sorted(p.suffix for p in tmp_path.iterdir()) == [".csv", ".json"]
+        app.screen.query_one("#path-input", Input).value = str(tmp_path / "runs.json")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: (tmp_path / "runs.json").exists())
+        exported = json.loads((tmp_path / "runs.json").read_text())
+        assert exported[0]["arch"] == "cpu-serial" and exported[0]["status"] == "stopped"
+        assert exported[0]["epochs"] == app.runs[0].epochs >= 2
 
 
 async def test_pause_single_step_and_resume(fixed_env):
@@ -172,12 +189,17 @@ async def test_help_and_palette_commands(fixed_env):
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("f12")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("f12")
+        assert not isinstance(app.screen, HelpScreen)
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        for t in ("Start training", "Stop training", "Export runs", "Backend: cpu-serial", "Backend: cpu-parallel"):
+        for t in ("Start training", "Stop", "Pause", "Export runs", "Rerun", "Run a sweep", "Show Train",
+                  "Backend: cpu-serial", "Backend: cpu-parallel"):
             assert t in titles
         assert "Backend: cuda" not in titles  # unavailable backends are not offered
         ids = {b.id for b in app.BINDINGS}
-        assert {"start", "pause", "step", "stop", "export", "help", "quit"} <= ids
+        assert {"start", "pause", "step", "stop", "help", "quit", "cycle_backend", "save_config"} <= ids
 
 
 async def test_scripted_events_fill_the_views(fixed_env):
@@ -194,37 +216,16 @@ async def test_scripted_events_fill_the_views(fixed_env):
         assert app.runs[0].status == "finished" and app.runs[0].test_acc == pytest.approx(0.97)
 
 
-async def test_rerun_on_the_next_backend(fixed_env, monkeypatch):
-    import tui.app
-
-    started = []
-
-    class FakeHandle:  # records the config instead of spawning a process
-        def __init__(self, cfg, boundary=True, target=None):
-            started.append(cfg)
-            self.finished = self.closed = False
-
-        def poll(self):
-            return []
-
-        def send(self, cmd):
-            pass
-
-        died = False
-
-    monkeypatch.setattr(tui.app, "RunHandle", FakeHandle)
+async def test_rerun_on_the_next_backend(fixed_env, fake_runs):
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
-        from tui.state import RunRecord
-
-        app.current = RunRecord("quadrant", "cpu-serial", 1, 32, 0, config=app._run_config())
-        app.runs.append(app.current)
-        for msg in scripted_run():
-            app._run_message(msg)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.handle is None and app.runs and app.runs[0].status == "finished")
         await pilot.press("4")
         await pilot.press("r")
-        assert started[-1]["train"]["arch"] == "cpu-parallel"
-        assert started[-1]["model"] == app.runs[0].config["model"] and len(app.runs) == 2
+        assert app.runs[0].arch == "cpu-serial"  # as the (scripted) run reported
+        assert fake_runs[-1]["train"]["arch"] == "cpu-parallel"  # the next backend
+        assert fake_runs[-1]["model"] == app.runs[0].config["model"] and len(app.runs) == 2
 
 
 async def test_a_real_sweep_in_the_analysis_view(fixed_env):
@@ -243,7 +244,7 @@ async def test_a_real_sweep_in_the_analysis_view(fixed_env):
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(2)]
         assert [r[0] for r in rows] == ["cpu-serial", "cpu-parallel"] and rows[0][7] == "1.00"
         assert [p["arch"] for p in pane.points] == ["cpu-serial", "cpu-parallel"]
-        assert "Amdahl: kernels" in str(app.query_one("#sweep-amdahl").render())
+        assert "Amdahl, from the cpu-serial profile" in str(app.query_one("#sweep-amdahl").render())
         await pilot.pause()
         assert app.query_one("#sweep-throughput").size.height >= 3  # title, header and one bar per point
         assert app.query_one("#sweep-layers").size.height >= 3
@@ -256,11 +257,17 @@ async def test_sweep_arguments_are_checked(fixed_env):
         app.query_one("#sweep-archs", Input).value = "cpu-serial,tpu"
         await pilot.pause()
         await pilot.press("w")
-        assert app.sweeper is None
+        assert app.sweeper is None and app.query_one("#sweep-archs", Input).has_class("error")
+        assert "'tpu' is not one of" in str(app.query_one("#sweep-status").render())
         app.query_one("#sweep-archs", Input).value = "cuda"  # unavailable in the fixed environment
+        app.query_one("#sweep-batch", Input).value = "64,x"
         await pilot.pause()
         await pilot.press("w")
-        assert app.sweeper is None
+        assert app.sweeper is None and app.query_one("#sweep-batch", Input).has_class("error")
+        app.query_one("#sweep-batch", Input).value = "64"
+        app.query_one("#sweep-archs", Input).focus()
+        await pilot.press("enter")  # enter in a field runs the sweep too
+        assert app.sweeper is None and "cuda is unavailable" in str(app.query_one("#sweep-status").render())
 
 
 @pytest.mark.parametrize("field,value", [("samples", "x"), ("noise", "2"), ("test_ratio", "1.5"), ("val_ratio", "-1"),
@@ -275,25 +282,31 @@ async def test_every_settings_field_answers_inline(fixed_env, field, value):
         app.query_one(f"#{field}", Input).value = value
         await wait_for(pilot, lambda: app.query_one("#settings-pane").error is not None)
         assert app.query_one(f"#{field}", Input).has_class("error")
-        assert field.split("_")[0] in app.query_one("#settings-pane").error
+        assert (value if field == "path" else field.split("_")[0]) in app.query_one("#settings-pane").error
         await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)  # follows by message
 
 
-@pytest.mark.parametrize("widget,value,needle", [("#input-shape", "abc", "input"),
-                                                 ("#layer-params", "out_features=", "layer 0"),
-                                                 ("#layer-params", "out_features=0", "layer 0 (Linear): out_features 0")])
-async def test_model_fields_answer_inline(fixed_env, widget, value, needle):
+@pytest.mark.parametrize("name,value,needle", [
+    ("input", "abc", "model.input 'abc' must be [features]"),
+    ("out_features", "", "layer 0 (Linear): missing parameter 'out_features'"),
+    ("out_features", "0", "layer 0 (Linear): out_features 0 must be >= 1"),
+    ("out_features", "2.5", "layer 0 (Linear): out_features '2.5' must be a whole number"),
+    ("in_features", "3", "layer 0 (Linear): in_features 3 does not match the input size 2")])
+async def test_model_fields_answer_inline(fixed_env, name, value, needle):
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
-        app.query_one(widget, Input).value = value
+        field = app.query_one("#input-shape", Input) if name == "input" else param(app, name)
+        field.value = value
         await wait_for(pilot, lambda: "✗" in str(app.query_one("#model-status").render()))
         assert needle in str(app.query_one("#model-status").render())
+        assert field.value == value  # never rewritten
         # the pane tells the app by message, so the button follows a moment later
         await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)
 
 
 async def test_open_and_save_prompts_answer_bad_paths_in_place(fixed_env, tmp_path):
     from tui.screens.path import PathScreen
+    from tui.screens.pick import ConfirmScreen
 
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
@@ -305,13 +318,37 @@ async def test_open_and_save_prompts_answer_bad_paths_in_place(fixed_env, tmp_pa
         assert "no such file" in str(app.screen.query_one("#path-hint").render())
         await pilot.press("escape")
         await pilot.press("ctrl+s")
-        app.screen.query_one("#path-input", Input).value = str(tmp_path / "no" / "dir" / "x.toml")
+        prompt = app.screen.query_one("#path-input", Input)
+        assert prompt.value == str(tmp_path / "saved" / "quadrant.toml")  # the default directory, absolute
+        prompt.value = str(tmp_path / "no" / "dir" / "x.toml")
         await pilot.press("enter")
         assert isinstance(app.screen, PathScreen) and "no such directory" in str(app.screen.query_one("#path-hint").render())
-        app.screen.query_one("#path-input", Input).value = str(tmp_path / "mine.toml")
+        prompt.value = str(tmp_path / "mine.txt")
+        await pilot.press("enter")
+        assert isinstance(app.screen, PathScreen) and ".toml" in str(app.screen.query_one("#path-hint").render())
+        prompt.value = str(tmp_path / "mine.toml")
         await pilot.press("enter")
         await wait_for(pilot, lambda: (tmp_path / "mine.toml").exists())
         assert not isinstance(app.screen, PathScreen)
+        assert (tmp_path / "mine.toml").stat().st_mode & 0o777 == 0o666 & ~_umask()
+        # Saving over it asks first; no keeps the file as it was.
+        (tmp_path / "mine.toml").write_text("kept")
+        await pilot.press("ctrl+s")
+        app.screen.query_one("#path-input", Input).value = str(tmp_path / "mine.toml")
+        await pilot.press("enter")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert isinstance(app.screen, PathScreen) and (tmp_path / "mine.toml").read_text() == "kept"
+        await pilot.press("enter")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: (tmp_path / "mine.toml").read_text() != "kept")
+        assert load_config(tmp_path / "mine.toml").model["layers"] == app.draft.layers
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 needs_mpi = pytest.mark.skipif(__import__("tui.panes.settings", fromlist=["mpi_missing"]).mpi_missing() is not None,
@@ -345,7 +382,7 @@ async def test_a_distributed_run_shows_every_rank_and_stops_them_all(fixed_env):
         assert app.runs[0].status == "stopped" and app.runs[0].ranks == 2
         await pilot.press("4")
         row = [str(c) for c in app.query_one("#runs-table", DataTable).get_row_at(0)]
-        assert row[1:4] == ["cpu-serial", "1", "2"]  # arch, threads, ranks
+        assert [row[1], row[8], row[9]] == ["cpu-serial", "1", "2"]  # arch, threads, ranks
 
 
 async def test_ranks_without_mpi_are_refused_in_place(fixed_env, monkeypatch):

@@ -1,4 +1,5 @@
-"""The app's rules without widgets: parameter parsing, draft edits and checks, speedups, export, saving."""
+"""The app's rules without widgets: parameter kinds and parsing, draft edits and checks against the dataset,
+run records, speedups, export, saving."""
 import csv
 import io
 import json
@@ -6,51 +7,104 @@ import json
 import pytest
 
 from nncore.config import load_config
-from nncore.errors import ConfigError
-from tui.state import Draft, RunRecord, export_runs, parse_params, spec_key, update_speedups
+from nncore.data import DatasetInfo
+from tui.state import (Draft, RunRecord, export_runs, layer_params, parse_param, parse_shape, plural, spec_key,
+                       update_speedups)
+
+QUADRANT = DatasetInfo("quadrant", (2,), 2)
+IMAGES = DatasetInfo("fashion-subset", (1, 28, 28), 10)
 
 
-def test_parse_params():
-    assert parse_params("out_channels=8, kernel_size=3x2, stride=[2,1]", 0) == \
-        {"out_channels": 8, "kernel_size": [3, 2], "stride": [2, 1]}
-    assert parse_params("", 0) == {}
-    assert parse_params("init=he", 0) == {"init": "he"}
-    for bad in ("out_features", "out_features=abc", "k=1x2x3"):
-        with pytest.raises(ConfigError, match="layer 4"):
-            parse_params(bad, 4)
+def test_layer_params_come_from_the_layer_classes():
+    conv = {p.name: p for p in layer_params("Conv2D")}
+    assert list(conv) == ["out_channels", "kernel_size", "stride", "padding", "in_channels", "init"]
+    assert (conv["out_channels"].kind, conv["out_channels"].placeholder) == ("int", "required")
+    assert (conv["kernel_size"].kind, conv["stride"].placeholder, conv["padding"].placeholder) == ("pair", "1", "0")
+    assert conv["init"].kind == "init" and conv["in_channels"].placeholder == "auto"
+    assert [p.name for p in layer_params("ReLU")] == []
+    assert {p.name: p.placeholder for p in layer_params("MaxPool2D")} == {"kernel_size": "required",
+                                                                          "stride": "= kernel"}
+
+
+@pytest.mark.parametrize("kind,text,value", [("int", "8", 8), ("int", " 016 ", 16), ("int", "", None),
+                                             ("pair", "3", 3), ("pair", "3x2", [3, 2]), ("pair", "3,2", [3, 2]),
+                                             ("pair", "[2, 1]", [2, 1]), ("pair", "(4 5)", [4, 5]),
+                                             ("init", "he", "he"), ("init", "", None)])
+def test_parse_param(kind, text, value):
+    p = next(p for p in layer_params("Conv2D") if p.kind == kind)
+    assert parse_param(p, text) == value
+
+
+@pytest.mark.parametrize("kind,text", [("int", "2.5"), ("int", "8,"), ("int", "3x2"), ("int", "-1"), ("int", "５"),
+                                       ("int", "1e3"), ("pair", "3x"), ("pair", "1x2x3"), ("init", "glorot")])
+def test_parse_param_refuses(kind, text):
+    p = next(p for p in layer_params("Conv2D") if p.kind == kind)
+    with pytest.raises(ValueError, match=p.name):
+        parse_param(p, text)
+
+
+def test_parse_shape():
+    assert parse_shape("1,28,28") == parse_shape("1x28x28") == parse_shape("[1, 28, 28]") == [1, 28, 28]
+    assert parse_shape(" 2 ") == [2] and parse_shape("") is None
+    for bad in ("abc", "1,2", "1.5", "2,,x"):
+        with pytest.raises(ValueError, match="input"):
+            parse_shape(bad)
 
 
 def test_draft_edits_and_checks():
     d = Draft.from_model(load_config("cnn").model, "cnn")
-    rows, err = d.check()
+    rows, err = d.check(IMAGES)
     assert err is None and [r["out_shape"] for r in rows][-1] == [10]
     at = d.add("ReLU", 2)
     assert d.layers[at] == {"type": "ReLU"} and len(d.layers) == 6
     d.remove(at)
     assert d.move(0, 1) == 1 and d.layers[0]["type"] == "ReLU"
     d.move(1, -1)
-    d.set_params(0, "out_channels=4, kernel_size=40")
-    rows, err = d.check()
+    d.layers[0]["kernel_size"] = 40
+    rows, err = d.check(IMAGES)
     assert err is not None and err.layer == 0 and "kernel_size 40" in str(err) and rows == []
-    d.set_params(0, "out_channels=4, kernel_size=3")
+    d.layers[0]["kernel_size"] = 3
     d.set_type(4, "Conv2D")  # a conv after Flatten: invalid at layer 4, the rows before it still shown
-    rows, err = d.check()
+    rows, err = d.check(IMAGES)
     assert err.layer == 4 and len(rows) == 4
-    d.set_type(4, "Linear")
-    d.loss = "cross_entropy"
-    d.set_params(4, "out_features=1")
-    rows, err = d.check()
-    assert err.layer is None and "loss cross_entropy" in str(err) and len(rows) == 5
+    d.set_type(4, "Linear")  # out_features 16 for 10 classes: the output layer is at fault
+    rows, err = d.check(IMAGES)
+    assert err.layer == 4 and "16 output(s)" in str(err) and "has 10" in str(err) and len(rows) == 5
+    d.layers[4]["out_features"] = 10
+    assert d.check(IMAGES)[1] is None
+    rows, err = d.check(QUADRANT)  # the same network against 2-D data: the input is at fault
+    assert err.field == "model.input" and "does not match dataset quadrant's [2]" in str(err)
+
+
+def test_an_empty_input_is_the_datasets():
+    d = Draft([{"type": "Linear", "out_features": 1}], None, "bce", "x")
+    assert d.spec() == {"layers": d.layers, "loss": "bce"}
+    assert d.spec(QUADRANT)["input"] == [2] and d.check(QUADRANT)[1] is None
+    assert "missing field 'input'" in str(d.check()[1])
+
+
+def test_from_model_takes_aliases_and_any_case():
+    d = Draft.from_model({"input": 2, "loss": "MSE", "layers": [{"type": "linear", "out_features": 1}]}, "m")
+    assert d.input == [2] and d.loss == "mse" and d.layers == [{"type": "Linear", "out_features": 1}]
 
 
 def test_saved_draft_opens_again(tmp_path):
     d = Draft.from_model(load_config("cnn").model, "mine")
-    d.set_params(0, "out_channels=5, kernel_size=3x2, stride=2")
+    d.layers[0].update(out_channels=5, kernel_size=[3, 2], stride=2)
     path = tmp_path / "mine.toml"
     path.write_text(d.to_toml({"dataset": "fashion-subset", "limit": 100}, {"epochs": 2, "lr": 0.05, "shuffle": False}))
     cfg = load_config(path)
     assert cfg.model == d.spec()
     assert cfg.data["limit"] == 100 and cfg.train["lr"] == 0.05 and cfg.train["shuffle"] is False
+
+
+def test_run_record_rates_are_over_the_run():
+    run = RunRecord("n", "cpu-serial", 1, 32)
+    run.add_epoch({"epoch": 1, "test_acc": 0.5, "epoch_s": 2.0, "samples_per_s": 1000.0})
+    run.add_epoch({"epoch": 2, "test_acc": 0.7, "epoch_s": 1.0, "samples_per_s": 2000.0})
+    assert run.s_per_epoch == pytest.approx(1.5) and run.samples_per_s == pytest.approx(4000 / 3)
+    assert run.test_acc == 0.7 and run.epochs == 2
+    assert RunRecord("n", "cpu-serial", 1, 32).row()["test_acc"] is None  # no evaluation: no accuracy
 
 
 def test_speedups_compare_same_network_and_batch():
@@ -69,3 +123,7 @@ def test_export_csv_and_json():
     assert rows[0]["arch"] == "cpu-serial" and float(rows[0]["samples_per_s"]) == 16000.0
     data = json.loads(export_runs(runs, "json"))
     assert data[0]["test_acc"] == 0.99 and "config" not in data[0]
+
+
+def test_plural():
+    assert [plural(n, "layer") for n in (0, 1, 2, 1000)] == ["0 layers", "1 layer", "2 layers", "1,000 layers"]

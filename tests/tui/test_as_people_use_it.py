@@ -1,0 +1,383 @@
+"""The app as people use it: ordinary choices that once crashed it, keys typed at human speed from every kind of
+widget, and numbers that must not mislead. Each test drives the app through its keys where a person would."""
+import time
+
+import pytest
+from textual.widgets import Button, Input, Select
+
+from nncore.config import check_run, load_config
+from nncore.errors import LayerlabError
+from tests.tui.conftest import scripted_run, screen_text, wait_for
+from tui.app import LayerlabApp
+from tui.panes.model import ParamInput
+from tui.screens.pick import PickScreen
+
+SIZE = (100, 32)
+NO_DATA = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type="Linear", out_features=8}, {type="ReLU"}, ' \
+          '{type="Linear", out_features=1}]\n'
+RMSPROP = NO_DATA + '[train]\noptimizer = "rmsprop"\n'
+INTS = '[model]\ninput = [2]\nloss = "bce"\nlayers = [1, 2]\n'
+
+
+async def type_keys(pilot, keys, delay=0.02):
+    """One key at a time, as a person types (the app handles each before the next arrives)."""
+    for key in keys:
+        await pilot.press(key)
+        await pilot.pause(delay)
+
+
+def said(app) -> str:
+    """Every notification the app has shown, one a line."""
+    return "\n".join(n.message for n in app._notifications)
+
+
+def focused_param(app, name):
+    return next(f for f in app.query_one("#model-pane").fields if getattr(f, "param", None) and f.param.name == name)
+
+
+# -- ordinary choices that crashed the app ---------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["", "/no/such/dir", "tmp"])
+async def test_idx_directory_choices_keep_the_app_up(fixed_env, fake_runs, tmp_path, path):
+    """Choosing "IDX directory…", clearing its path, or giving a directory without IDX files: marked in place."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("s")  # a run in the table, which must survive what follows
+        await wait_for(pilot, lambda: app.handle is None and len(app.runs) == 1)
+        await pilot.press("2")
+        await pilot.press("enter")  # open the dataset list, go to its last entry, choose it
+        await pilot.press("end", "enter")
+        await wait_for(pilot, lambda: app.query_one("#dataset", Select).value == "idx")
+        field = app.query_one("#path", Input)
+        field.focus()
+        await type_keys(pilot, list(str(tmp_path) if path == "tmp" else path))
+        await type_keys(pilot, ["backspace"] * 3 if path == "" else [])
+        await pilot.pause()
+        pane = app.query_one("#settings-pane")
+        assert pane.error is not None and field.has_class("error")
+        assert "no such" in pane.error or "give a directory" in pane.error
+        await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)
+        assert app.is_running and len(app.runs) == 1
+
+
+@pytest.mark.parametrize("text,opens", [(NO_DATA, True), (RMSPROP, False), (INTS, False)])
+async def test_configs_open_as_the_cli_decides(fixed_env, tmp_path, capsys, text, opens):
+    """A config `layerlab train` accepts opens (through ctrl+o and as `layerlab tui FILE`); one it refuses is
+    refused with the CLI's own message, and the app stays up with what it had."""
+    from nncore import cli
+
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    code = cli.main(["train", str(path), "--epochs", "1", "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert (code == 0) == opens
+    if not opens:
+        with pytest.raises(LayerlabError) as refused:
+            check_run(load_config(path))
+        assert err == f"layerlab: error: {refused.value}"
+    for how in ("ctrl+o", "argument"):
+        app = LayerlabApp(str(path) if how == "argument" else "cnn")
+        async with app.run_test(size=SIZE) as pilot:
+            if how == "ctrl+o":
+                await pilot.press("ctrl+o")
+                app.screen.query_one("#path-input", Input).value = str(path)
+                await pilot.press("enter")
+            await pilot.pause(0.2)
+            if opens:
+                assert app.draft.name == "c" and [x["type"] for x in app.draft.layers] == ["Linear", "ReLU", "Linear"]
+                assert app.query_one("#dataset", Select).value == "quadrant"
+                await wait_for(pilot, lambda: not app.query_one("#start", Button).disabled, 10)
+            else:
+                assert app.draft.name == ("quadrant" if how == "argument" else "cnn")  # what it had
+                assert f"not opened: {refused.value}" in said(app)
+            assert app.is_running
+
+
+async def test_a_network_that_cannot_fit_the_data_cannot_start(fixed_env, fake_runs):
+    """16 outputs on the 2-class quadrant: the output layer is marked before anything starts."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one("#layers")
+        table.move_cursor(row=4)
+        await pilot.press("enter")
+        await type_keys(pilot, ["1", "6"])
+        assert app.query_one(ParamInput).value == "16"
+        await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)
+        status = str(app.query_one("#model-status").render())
+        assert "the network has 16 output(s)" in status and "dataset quadrant has 2" in status
+        assert str(table.get_row_at(4)[0]).startswith("✗")
+        await pilot.press("f6")  # start, from the field
+        assert app.handle is None and not fake_runs
+        assert "the network cannot train: loss bce: the network has 16 output(s)" in said(app)
+
+
+async def test_a_run_whose_set_up_fails_says_why(fixed_env, fake_runs):
+    """The child's set-up fails (a damaged file found only when loaded): the reason stays on screen, the bar
+    stops, and nothing else follows it."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        failed = {"event": "run_failed", "error": "/x/train-images-idx3-ubyte: truncated (9 bytes, the header "
+                  "promises 47040016)", "exit_code": 2, "epoch": 0, "step": 0}
+        stale = {"event": "run_failed", "error": "AttributeError: 'Trainer' object has no attribute 'ds'",
+                 "exit_code": 1}
+        import tui.app
+
+        original = tui.app.RunHandle
+        tui.app.RunHandle = lambda cfg, target=None: original(cfg, events=[failed, stale])
+        try:
+            await pilot.press("s")
+            await wait_for(pilot, lambda: app.handle is None)
+        finally:
+            tui.app.RunHandle = original
+        await pilot.pause()
+        state = str(app.query_one("#run-state").render())
+        assert "truncated" in state and "AttributeError" not in screen_text(app)
+        assert app.runs[0].status == "failed"
+        bar = app.query_one("#progress")
+        assert bar.total is not None  # not pulsing "--%"
+
+
+# -- keys -------------------------------------------------------------------------------------------------------
+async def test_typing_into_a_parameter_is_never_rewritten(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("enter")  # edit layer 0: its first parameter, selected so typing replaces it
+        field = focused_param(app, "out_features")
+        assert app.focused is field
+        seen = []
+        for key in ["8", "2", "backspace", "backspace", "2", "5"]:
+            await pilot.press(key)
+            await pilot.pause(0.05)
+            seen.append(field.value)
+        assert seen == ["8", "82", "8", "", "2", "25"]
+        assert app.draft.layers[0]["out_features"] == 25
+        await type_keys(pilot, [".", "5"])
+        assert field.value == "25.5" and field.has_class("error")
+        assert app.draft.layers[0]["out_features"] == 25  # the last good value
+        assert "out_features '25.5' must be a whole number" in str(app.query_one("#model-status").render())
+        await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)
+        await type_keys(pilot, ["backspace", "backspace"])
+        assert field.value == "25" and not field.has_class("error")
+        # The init scheme, then another layer: what was typed stays with its own layer.
+        await pilot.press("tab", "tab")
+        assert app.focused.param.name == "init"
+        await pilot.press("enter", "down", "enter")  # default -> he
+        await wait_for(pilot, lambda: app.draft.layers[0].get("init") == "he")
+        await pilot.press("escape")
+        assert app.focused is app.query_one("#layers")
+        await pilot.press("d")  # remove layer 0: its text must not land on another row
+        await pilot.pause(0.1)
+        assert [x["type"] for x in app.draft.layers] == ["ReLU", "Linear", "Sigmoid", "Linear"]
+        assert app.draft.layers[1] == {"type": "Linear", "out_features": 16}
+        assert app.draft.layers[3] == {"type": "Linear", "out_features": 1}
+
+
+async def test_add_layer_asks_for_its_type(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("a")
+        assert isinstance(app.screen, PickScreen)
+        await pilot.press("escape")  # no: nothing added
+        assert len(app.draft.layers) == 5
+        await pilot.press("a", "down", "down", "down", "down", "enter")  # Conv2D
+        await wait_for(pilot, lambda: len(app.draft.layers) == 6)
+        assert app.draft.layers[1] == {"type": "Conv2D", "out_channels": 8, "kernel_size": 3}
+        await wait_for(pilot, lambda: isinstance(app.focused, ParamInput))
+        assert app.focused.param.name == "out_channels"  # ready to type the new layer's first parameter
+
+
+@pytest.mark.parametrize("where", ["dropdown", "field", "table", "button", "radio"])
+async def test_views_and_start_from_every_kind_of_widget(fixed_env, fake_runs, where):
+    """From a dropdown, a table, a button or the backend list, the plain keys act; in a text field they are typed,
+    and the F-keys act instead."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        targets = {"dropdown": ("model", "#loss"), "field": ("model", "#input-shape"), "table": ("model", "#layers"),
+                   "button": ("train", "#start"), "radio": ("settings", "#backend")}
+        tab, widget = targets[where]
+        for i, view in enumerate(["model", "settings", "train", "runs", "analysis"]):
+            await pilot.press(str(i + 1))  # from wherever the last key left the focus
+        await pilot.press({"model": "1", "settings": "2", "train": "3"}[tab])
+        app.query_one(widget).focus()
+        await pilot.pause()
+        tabs = app.query_one("#tabs")
+        if where == "field":
+            field = app.query_one(widget, Input)
+            await type_keys(pilot, ["end", "2", "s"])
+            assert field.value == "22s" and tabs.active == "model" and app.handle is None  # typed, as meant
+            await type_keys(pilot, ["backspace", "backspace", "f2"])
+            assert tabs.active == "settings"
+            app.query_one("#lr", Input).focus()
+            await pilot.press("f6")
+        else:
+            for i, view in enumerate(["settings", "train", "runs", "analysis", "model"]):
+                app.query_one(widget).focus()
+                await pilot.press(str((i + 1) % 5 + 1))
+                assert tabs.active == view, f"{i + 1} from a {where}"
+            app.query_one(widget).focus()
+            await pilot.press("s")
+        # A start from anywhere shows the run: the Train view, with the focus in it.
+        await wait_for(pilot, lambda: len(fake_runs) == 1)
+        await pilot.pause()
+        assert tabs.active == "train" and app.focused is not None
+        assert app.query_one("#train") in app.focused.ancestors
+
+
+async def test_escape_leaves_a_field_and_q_quits_only_outside_one(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        app.query_one("#lr", Input).focus()
+        await type_keys(pilot, ["end", "q"])
+        assert app.query_one("#lr", Input).value == "0.1q" and app.is_running
+        await pilot.press("backspace", "escape")
+        assert not isinstance(app.focused, Input) and app.query_one("#tabs").active == "settings"
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, 10)
+
+
+async def test_ctrl_q_quits_from_a_field(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        app.query_one("#input-shape", Input).focus()
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: not app.is_running, 10)
+
+
+async def test_the_backend_toast_names_the_new_backend(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.query_one("#settings-pane").arch() == "cpu-parallel"
+        await pilot.press("b")
+        await pilot.pause()
+        assert app.query_one("#settings-pane").arch() == "cpu-serial"
+        assert said(app).splitlines()[-1] == "backend: cpu-serial"
+        app.query_one("#lr", Input).focus()
+        await pilot.press("ctrl+b")
+        await pilot.pause()
+        assert said(app).splitlines()[-1] == "backend: cpu-parallel"
+
+
+async def test_labels_with_brackets_are_shown_whole(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("3")
+        text = screen_text(app)
+        for label in ("Start (s)", "Pause (p)", "Step (n)", "Stop (x)"):
+            assert label in text
+        await pilot.press("1")
+        app.query_one("#input-shape", Input).value = "[1, 2"
+        await pilot.pause()
+        assert "model.input '[1, 2' must be [features] or [channels, height, width]" in screen_text(app)
+
+
+# -- numbers ----------------------------------------------------------------------------------------------------
+async def test_paused_time_is_not_counted(fixed_env, fake_runs):
+    """The app's ETA leaves paused time out (the trainer does the same for samples/s: tests/nncore/test_train)."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        clock = [1000.0]
+        app.clock = lambda: clock[0]
+        events = scripted_run(epochs=1, steps_per_epoch=10)
+        app.start_run(app._run_config(), "quadrant")
+        app.handle.events = []
+        app._run_message(events[0])  # run_started at t = 1000
+        clock[0] = 1001.0
+        await pilot.press("p")  # paused for 100 s
+        clock[0] = 1101.0
+        await pilot.press("p")
+        clock[0] = 1102.0
+        app._run_message({**events[2], "step": 5})  # 5 of 10 steps in 2 s of training: 2 s left
+        assert "ETA 2s" in str(app.query_one("#progress-label").render())
+
+
+async def test_a_run_stopped_before_its_first_evaluation_shows_no_accuracy(fixed_env, fake_runs):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        import tui.app
+        from nncore import events as ev
+
+        original = tui.app.RunHandle
+        stopped = [scripted_run()[0], ev.Step(1, 3, 0.7, 5000.0).to_dict(),
+                   ev.RunFinished(0, 3, None, None, None, 0.4, 4800.0, True).to_dict()]
+        tui.app.RunHandle = lambda cfg, target=None: original(cfg, events=stopped)
+        try:
+            await pilot.press("s")
+            await wait_for(pilot, lambda: app.handle is None)
+        finally:
+            tui.app.RunHandle = original
+        assert app.runs[0].test_acc is None and app.runs[0].status == "stopped"
+        assert "no evaluation yet" in str(app.query_one("#run-state").render())
+        await pilot.press("4")
+        row = [str(c) for c in app.query_one("#runs-table").get_row_at(0)]
+        assert row[4] == "—" and row[2] == "4,800"  # test acc, samples/s
+
+
+# -- layout -----------------------------------------------------------------------------------------------------
+async def test_what_matters_is_on_screen_at_80x24(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        from tui.state import RunRecord, spec_key
+
+        app.current = RunRecord("quadrant", "cpu-serial", 1, 32, spec_key=spec_key(app.draft.spec()))
+        app.runs.append(app.current)
+        for msg in scripted_run()[:-1]:
+            app._run_message(msg)
+        await pilot.press("3")
+        await pilot.pause()
+        text = screen_text(app)
+        for needle in ("ms/step", "0.300", "samples/s", "ETA", "test acc 0.9700", "Quit", "Help"):
+            assert needle in text, needle
+        app._run_message(scripted_run()[-1])
+        app.runs.append(RunRecord("quadrant", "cpu-parallel", 2, 32, 3, 0.97, 0.04, 9000.0, "finished",
+                                  spec_key=spec_key(app.draft.spec())))
+        app._show_runs()
+        await pilot.press("4")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "speedup" in text and "1.50x" in text and "finished" in text and "Quit" in text
+
+
+async def test_version_and_help_of_the_launcher(capsys):
+    from tui import launch
+
+    assert launch.main(["--version"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("layerlab ") and out.split()[1][0].isdigit()
+    assert launch.main(["tui", "--help"]) == 0
+    assert "usage: layerlab [tui [CONFIG]]" in capsys.readouterr().out
+    assert launch.main(["tui", "a", "b"]) == 2
+    assert "unexpected argument 'b'" in capsys.readouterr().err
+
+
+async def test_an_exception_in_a_handler_is_reported_not_fatal(fixed_env, app_home, tmp_path):
+    """The guard: the app stays up, keeps its runs, says where the traceback went, and the log has it."""
+    from tui.panes.model import ModelPane
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        from tui.state import RunRecord
+
+        app.runs.append(RunRecord("quadrant", "cpu-serial", 1, 32, 2, 0.9, 0.1, 1000.0, "finished"))
+
+        def boom(self, *args):
+            raise RuntimeError("a bug in a handler")
+
+        original = ModelPane.refresh_table
+        ModelPane.refresh_table = boom
+        try:
+            app.query_one("#input-shape", Input).value = "3"  # its Changed handler refreshes the table
+            await pilot.pause(0.2)
+            await pilot.press("b")  # an action that raises, too
+        finally:
+            ModelPane.refresh_table = original
+        app.action_cycle_backend = lambda: boom(None)
+        await pilot.press("b")
+        await pilot.pause(0.2)
+        assert app.is_running and len(app.runs) == 1
+        assert len(app.errors) >= 2 and all(isinstance(e, RuntimeError) for e in app.errors)
+        log = tmp_path / "home" / "logs" / "app-errors.log"
+        assert "a bug in a handler" in log.read_text() and "Traceback" in log.read_text()
+        assert any(str(log) in m and "RuntimeError: a bug in a handler" in m for m in said(app).splitlines())
+        await pilot.press("1")  # and it still answers
+        assert app.query_one("#tabs").active == "model"
+        app.errors_expected = True
