@@ -85,6 +85,7 @@ class EpochEnd(Event):
     # the ranks' time spent communicating (gradient all-reduce, staging and waiting for slower ranks).
     ranks: list = field(default_factory=list)
     comm_share: float | None = None
+    first_step_s: float = 0.0  # wall time of step 1 when this epoch ran it (kernel compile included), else 0
 
 
 @dataclass(frozen=True)

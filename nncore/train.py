@@ -224,6 +224,7 @@ class Trainer:
             self.acc.fill(0.0)
         cl = self.cluster
         timer, t0, done, mine = _Timer(self.net, cl is not None), time.perf_counter(), 0, 0
+        first_s = 0.0  # step 1's time, when this epoch runs it
         paused0 = self.paused_s
         active = lambda: time.perf_counter() - t0 - (self.paused_s - paused0)  # noqa: E731 (seconds not paused)
         if cl is not None:
@@ -253,7 +254,7 @@ class Trainer:
             mine += nb
             if self.step == 1:
                 runtime.sync()
-                self.first_step_s = active()
+                self.first_step_s = first_s = active()
             # (log_next is the app's single step; a distributed run has none: collectives follow from here)
             if self.step % self.log_every == 0 or (self.log_next and cl is None):
                 self.log_next = False
@@ -285,7 +286,7 @@ class Trainer:
         if cl is not None:
             cl.barrier()  # the other ranks wait for rank 0's evaluation here, not inside the next step's timing
         return EpochEnd(self.epoch, self.step, train_loss, test_loss, test_acc, done / max(elapsed, 1e-9),
-                        elapsed, val[0], val[1], timer.results(), timer.steps, ranks, share)
+                        elapsed, val[0], val[1], timer.results(), timer.steps, ranks, share, first_s)
 
     def _save_checkpoint(self, offset: int, done_now: int = 0, elapsed_now: float = 0.0) -> None:
         """Write the run's state at the current step (after checking it is finite: a diverged run keeps the

@@ -163,10 +163,10 @@ class LayerlabApp(GuardedApp):
             return "a run is going on"
         if self.sweeper is not None:
             return "a sweep is running; start training when it is done"
-        if not self.model_ok:
-            return f"the network cannot train: {self.query_one(ModelPane).problem() or 'see the Model view'}"
         if not self.settings_ok:
             return f"a setting is invalid: {self.query_one(SettingsPane).error}"
+        if not self.model_ok:
+            return f"the network cannot train: {self.query_one(ModelPane).problem() or 'see the Model view'}"
         return None
 
     def action_start(self) -> None:
@@ -375,6 +375,10 @@ class LayerlabApp(GuardedApp):
         if action == "step":
             return running and self.paused
         return True
+
+    def key_label(self, action: str, label: str) -> str:
+        """The footer's word for a key where it depends on the state: p resumes a paused run."""
+        return "Resume" if action == "pause" and self.paused else label
 
     def _update_controls(self, text: str | None = None) -> None:
         running = self.handle is not None

@@ -37,7 +37,7 @@ APP_KEYS = [
       for i, (tab, title) in enumerate(zip(TABS, TAB_TITLES))],
     Key("s", "f6", "start", "Start", "start training the network in the editor"),
     Key("p", "f7", "pause", "Pause", "pause or resume the run"),
-    Key("n", "f8", "step", "Step", "train one step while paused", show=False),
+    Key("n", "f8", "step", "Step", "train one step while paused"),
     Key("x", "f9", "stop", "Stop", "stop the run after the current step (it stays in the Runs view)"),
     Key("b", "ctrl+b", "cycle_backend", "Backend", "switch to the next available backend"),
     Key(None, "ctrl+s", "save_config", "Save", "save the network and settings as a config file", show=False),

@@ -194,7 +194,8 @@ def plural(n: int, word: str) -> str:
 @dataclass
 class RunRecord:
     """One run of the session. ``samples_per_s`` and ``s_per_epoch`` are both over the run's training time so
-    far (paused time excluded): samples trained over that time, and that time over the epochs completed."""
+    far (paused time and step 1, which compiles the kernels, excluded): samples trained over that time, and
+    that time over the epochs completed."""
 
     network: str
     arch: str
@@ -215,8 +216,12 @@ class RunRecord:
     def add_epoch(self, msg: dict) -> None:
         """Fold in an epoch_end event."""
         self.epochs, self.test_acc = msg["epoch"], msg["test_acc"]
-        self.train_s += msg["epoch_s"]
-        self.samples += round(msg["samples_per_s"] * msg["epoch_s"])
+        seconds, samples = msg["epoch_s"], round(msg["samples_per_s"] * msg["epoch_s"])
+        first = msg.get("first_step_s") or 0.0
+        if first and samples > self.batch and seconds > first:  # step 1 compiles the kernels: not training speed
+            seconds, samples = seconds - first, samples - self.batch
+        self.train_s += seconds
+        self.samples += samples
         self.s_per_epoch = self.train_s / self.epochs if self.epochs else None
         self.samples_per_s = self.samples / self.train_s if self.train_s > 0 else None
 
@@ -243,10 +248,11 @@ COLUMNS = ["network", "arch", "samples_per_s", "speedup", "test_acc", "status", 
 HEADERS = {"samples_per_s": "samples/s", "test_acc": "test acc", "s_per_epoch": "s/epoch", "threads": "thr",
            "epochs": "ep"}
 MEANING = {
-    "samples_per_s": "training samples per second over the run so far, paused time excluded",
+    "samples_per_s": "training samples per second over the run so far (paused time and step 1, which compiles "
+                     "the kernels, excluded)",
     "speedup": "samples/s over the latest cpu-serial run of the same network and batch size",
     "test_acc": "accuracy on the test set after the last completed epoch (— before the first)",
-    "s_per_epoch": "mean training time of the completed epochs, paused time excluded",
+    "s_per_epoch": "mean training time of the completed epochs, measured as samples/s is",
     "epochs": "epochs completed", "threads": "CPU threads (cpu-parallel) of each rank", "ranks": "MPI ranks",
 }
 

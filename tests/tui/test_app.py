@@ -409,3 +409,22 @@ def test_a_failed_distributed_run_is_explained_by_the_ranks_own_error():
     assert _rank_error(lines, 4) == "rank 1: cuda is unavailable here: no CUDA driver"
     assert _rank_error(lines[2:] + ["Segmentation fault\n"], 139) == "Segmentation fault"
     assert _rank_error([lines[0]], 137) == "mpiexec exited with code 137"
+
+
+async def test_the_loss_label_speaks_of_the_whole_run_when_the_chart_keeps_a_window(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        from tui.panes.train import TrainPane
+
+        pane = app.query_one(TrainPane)
+        pane.reset(steps_total=900)
+        rng = __import__("numpy").random.default_rng(3)
+        losses = list(0.9 * 0.99 ** __import__("numpy").arange(900) + rng.uniform(0, 0.01, 900))
+        losses[450] = 0.0001  # the run's lowest, outside the window the chart keeps at the end
+        for step, loss in enumerate(losses, 1):
+            pane.on_step({"loss": loss, "step": step, "epoch": 1, "samples_per_s": 1000.0}, 900, 1, step / 1000)
+        await pilot.pause()
+        label = str(app.query_one("#train-loss-label").render())
+        assert len(app.query_one("#train-loss", Sparkline).data) < len(losses)
+        assert f"first {losses[0]:.4f}" in label and f"min {min(losses):.4f}" in label
+        assert f"train loss {losses[-1]:.4f}" in label

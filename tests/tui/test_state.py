@@ -105,6 +105,10 @@ def test_run_record_rates_are_over_the_run():
     assert run.s_per_epoch == pytest.approx(1.5) and run.samples_per_s == pytest.approx(4000 / 3)
     assert run.test_acc == 0.7 and run.epochs == 2
     assert RunRecord("n", "cpu-serial", 1, 32).row()["test_acc"] is None  # no evaluation: no accuracy
+    # Step 1 (compiling the kernels) is left out of the rate: 2000 samples in 2.0 s of which step 1 took 1.5 s.
+    run = RunRecord("n", "cpu-serial", 1, 32)
+    run.add_epoch({"epoch": 1, "test_acc": 0.5, "epoch_s": 2.0, "samples_per_s": 1000.0, "first_step_s": 1.5})
+    assert run.samples_per_s == pytest.approx((2000 - 32) / 0.5) and run.s_per_epoch == pytest.approx(0.5)
 
 
 def test_speedups_compare_same_network_and_batch():

@@ -28,11 +28,15 @@ def f4(value: float | None) -> str:
     return "—" if value is None or value != value else f"{value:.4f}"
 
 
-def _curve_label(name: str, values: list[float]) -> str:
+def _curve_label(name: str, values: list[float], first: float | None = None, low: float | None = None) -> str:
+    """The curve's last value, its minimum and its first over the whole run (the chart may hold only the
+    latest window; ``first``/``low`` then carry the run's own)."""
     finite = [v for v in values if v == v]
     if not finite:
         return name
-    return f"{name} {finite[-1]:.4f} (min {min(finite):.4f}, first {finite[0]:.4f})"
+    first = finite[0] if first is None else first
+    low = min(finite) if low is None else min(low, min(finite))
+    return f"{name} {finite[-1]:.4f} (min {low:.4f}, first {first:.4f})"
 
 
 class TrainPane(Guarded, Vertical):
@@ -59,6 +63,8 @@ class TrainPane(Guarded, Vertical):
     def reset(self, steps_total: int | None = 1, boundary: bool = True) -> None:
         """A new run (``steps_total`` None: not known yet, the bar pulses); ``boundary``: a 2-D dataset."""
         self.train_losses: list[float] = []
+        self.train_first: float | None = None  # the run's first and lowest step loss: the chart keeps 400
+        self.train_low: float | None = None
         self.test_losses: list[float] = []
         self.best_acc: float | None = None
         self.query_one("#train-loss", Sparkline).data = []
@@ -84,15 +90,19 @@ class TrainPane(Guarded, Vertical):
     def on_step(self, msg: dict, steps_total: int, epochs: int, active_s: float) -> None:
         """A step event; ``active_s``: the run's time so far, paused time excluded."""
         loss = msg["loss"] if msg["loss"] is not None else float("nan")
+        if loss == loss:
+            self.train_first = loss if self.train_first is None else self.train_first
+            self.train_low = loss if self.train_low is None else min(self.train_low, loss)
         self.train_losses = (self.train_losses + [loss])[-400:]
         self.query_one("#train-loss", Sparkline).data = list(self.train_losses)  # replaced, not mutated
-        self.query_one("#train-loss-label", Label).update(_curve_label("train loss", self.train_losses))
+        self.query_one("#train-loss-label", Label).update(
+            _curve_label("train loss", self.train_losses, self.train_first, self.train_low))
         self.query_one("#progress", ProgressBar).update(total=steps_total, progress=msg["step"])
         left = (steps_total - msg["step"]) * active_s / max(msg["step"], 1)
         comm = f" · comm {100 * msg['comm_share']:.0f}%" if msg.get("comm_share") is not None else ""
         self.query_one("#progress-label", Static).update(
             f"epoch {msg['epoch']}/{epochs} · step {msg['step']:,}/{steps_total:,} · "
-            f"{msg['samples_per_s']:,.0f} samples/s{comm} · ETA {fmt_duration(left)}")
+            f"{msg['samples_per_s']:,.0f} samples/s this epoch{comm} · ETA {fmt_duration(left)}")
 
     def on_epoch(self, msg: dict) -> None:
         self.test_losses = self.test_losses + [msg["test_loss"] if msg["test_loss"] is not None else float("nan")]

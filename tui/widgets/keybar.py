@@ -54,12 +54,13 @@ class KeyBar(Static):
             first["quit"] = first.pop("quit")
         palette = active.get(app.COMMAND_PALETTE_BINDING)
         palette = palette[1] if palette is not None else None
+        label = getattr(app, "key_label", None) or (lambda _action, text: text)  # the app may reword a key
         key_style = self.get_component_rich_style("keybar--key")
         text, self.spans = Text(), []
         for binding, enabled in first.values():
             start = len(text)
             text.append(f" {app.get_key_display(binding)} ", style=key_style if enabled else "dim")
-            text.append(f"{binding.description} ", style="" if enabled else "dim")
+            text.append(f"{label(binding.action, binding.description)} ", style="" if enabled else "dim")
             self.spans.append((start, len(text), binding.key))
         if palette is not None and app.ENABLE_COMMAND_PALETTE:
             tail = f"{app.get_key_display(palette)} palette "
