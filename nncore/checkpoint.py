@@ -8,12 +8,14 @@ rename), so a process killed while writing leaves the previous checkpoint whole.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import ConfigError, DataError
 from .fileio import read_npz, write_npz_atomic
+from .limits import INT32_MAX
 
 FORMAT = 1
 
@@ -57,18 +59,78 @@ def save(path, net, opt, pos: Position, order: np.ndarray | None, rng: np.random
     write_npz_atomic(path, arrays)
 
 
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT32_MAX
+
+
+def _real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# Position's fields and what each must hold: a checkpoint's numbers steer kernels, so none is taken on trust.
+_POSITION = {"epoch": (lambda v: _int(v) and v >= 1, "an integer >= 1"),
+             "offset": (_int, "a non-negative 32-bit integer"), "step": (_int, "a non-negative 32-bit integer"),
+             "loss_sum": (_real, "a finite number"), "best_acc": (lambda v: _real(v) and 0 <= v <= 1, "in [0, 1]"),
+             "samples_done": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                              "a non-negative integer"),
+             "train_s": (lambda v: _real(v) and v >= 0, "a finite number >= 0")}
+
+
 def load(path) -> dict:
+    """Read and check a checkpoint's structure (each field's type and range); what it must match in the run
+    (the network, the dataset's size) is checked by :func:`check_against`."""
     data = read_npz(path)
     try:
         meta = json.loads(bytes(data["meta"]).decode())
-    except (KeyError, ValueError, UnicodeDecodeError):
+    except (KeyError, ValueError, UnicodeDecodeError, TypeError, RecursionError):
         raise DataError(f"{path}: not a layerlab checkpoint (no readable meta record)") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{path}: not a layerlab checkpoint (its meta record is not an object)")
     if meta.get("format") != FORMAT:
         raise DataError(f"{path}: checkpoint format {meta.get('format')!r}, this layerlab reads {FORMAT}")
+    pos = meta.get("position")
+    if not isinstance(pos, dict) or set(pos) != set(_POSITION):
+        raise DataError(f"{path}: position must hold exactly {', '.join(_POSITION)}")
+    for name, (ok, allowed) in _POSITION.items():
+        if not ok(pos[name]):
+            raise DataError(f"{path}: position.{name} = {pos[name]!r} must be {allowed}")
+    for name, kind in (("rng", dict), ("config", dict), ("optimizer", str)):
+        if not isinstance(meta.get(name), kind):
+            raise DataError(f"{path}: {name} is missing or not {'an object' if kind is dict else 'a string'}")
+    order = data.get("order")
+    if order is None or order.ndim != 1 or order.dtype.kind not in "iu":
+        raise DataError(f"{path}: order must be a 1-D integer array")
     return {"weights": {k[8:]: v for k, v in data.items() if k.startswith("weights/")},
             "opt": {k[4:]: v for k, v in data.items() if k.startswith("opt/")},
-            "order": data.get("order"), "position": Position(**meta["position"]), "rng": meta["rng"],
+            "order": order, "position": Position(**pos), "rng": meta["rng"],
             "config": meta["config"], "optimizer": meta["optimizer"]}
+
+
+def check_against(ckpt: dict, path, n_samples: int, opt, epochs: int) -> None:
+    """The checkpoint's indices against this run: the sample order must be a permutation of the dataset's
+    ``n_samples`` (or empty: unshuffled), the position inside it, the optimizer state the optimizer's size."""
+    pos, order = ckpt["position"], ckpt["order"]
+    if pos.offset > n_samples:
+        raise DataError(f"{path}: position.offset {pos.offset} is past the dataset's {n_samples} training samples")
+    if pos.epoch > epochs + 1:
+        raise DataError(f"{path}: position.epoch {pos.epoch} is past this run's {epochs} epochs")
+    if len(order) not in (0, n_samples):
+        raise DataError(f"{path}: order has {len(order)} entries, the dataset {n_samples} training samples")
+    if len(order) and not np.array_equal(np.sort(order), np.arange(n_samples)):
+        raise DataError(f"{path}: order is not a permutation of the {n_samples} training samples")
+    if ckpt["optimizer"] != opt.name:
+        raise DataError(f"{path}: made with optimizer {ckpt['optimizer']!r}, this run uses {opt.name!r}")
+    want = set(opt.state_names) | {"steps"}
+    if set(ckpt["opt"]) != want:
+        raise DataError(f"{path}: optimizer state must hold exactly {', '.join(sorted(want))}")
+    for name in opt.state_names:
+        arr = ckpt["opt"][name]
+        if arr.shape != (max(opt.n_params, 1),) or arr.dtype.kind != "f" or not np.isfinite(arr).all():
+            raise DataError(f"{path}: optimizer state {name} must be {max(opt.n_params, 1)} finite floats, "
+                            f"got shape {arr.shape} of {arr.dtype}")
+    steps = ckpt["opt"]["steps"]
+    if steps.shape != () or steps.dtype.kind not in "iu" or not 0 <= int(steps) <= INT32_MAX:
+        raise DataError(f"{path}: optimizer state steps must be one non-negative integer")
 
 
 def check_compatible(ckpt: dict, config: dict, path) -> None:

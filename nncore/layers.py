@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .errors import ConfigError
+from .limits import INT32_MAX
 from .kernels import activation as K_act
 from .kernels import chunk, on_cpu
 from .kernels import gemm_cpu as K_gemm
@@ -73,6 +74,8 @@ def _pos_int(layer: Layer, name: str, value, minimum: int = 1) -> int:
         raise layer.fail(f"{name} {value!r} must be an integer")
     if value < minimum:
         raise layer.fail(f"{name} {value} must be >= {minimum}")
+    if value > INT32_MAX:
+        raise layer.fail(f"{name} {value} is beyond the kernels' 32-bit range (at most {INT32_MAX})")
     return value
 
 
@@ -220,6 +223,8 @@ def _spatial(layer: Layer) -> tuple[int, int, int]:
 
 
 def _out_size(layer, size, k, s, p, axis) -> int:
+    if size + 2 * p > INT32_MAX:  # the kernels index the padded input with 32-bit integers
+        raise layer.fail(f"padding {p} makes the input {axis} {size + 2 * p:,}, beyond the kernels' 32-bit range")
     n = (size + 2 * p - k) // s + 1
     if size + 2 * p < k or n < 1:
         raise layer.fail(f"kernel_size {k} is larger than the input {axis} {size}"

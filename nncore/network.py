@@ -22,6 +22,7 @@ from .fileio import read_npz, write_npz_atomic
 from .fusion import plan
 from .graph import StepGraphs
 from .layers import LAYER_TYPES, Flatten, Layer, MaxPool2D, ReLU, init_params
+from .limits import check_index
 from .losses import Loss
 from .runtime import ti
 
@@ -72,6 +73,9 @@ def build_layers(layers, input_shape) -> tuple[tuple[int, ...], list[Layer]]:
     for i, raw in enumerate(layers):
         built.append(_build_layer(i, raw, shape))
         shape = built[-1].out_shape
+        check_index(math.prod(shape), f"layer {i} ({built[-1].kind}): its output per sample", layer=i)
+        for name, pshape in built[-1].param_shapes().items():
+            check_index(math.prod(pshape), f"layer {i} ({built[-1].kind}): its {name}", layer=i)
     return _input_shape(input_shape), built
 
 
@@ -196,6 +200,7 @@ class Sequential:
             for name, pshape in layer.param_shapes().items():
                 layer.offsets[name] = self.n_params
                 self.n_params += int(math.prod(pshape))
+        check_index(self.n_params, "the network's parameter count")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"seed {seed!r} must be a non-negative integer")
         self.seed = seed
@@ -277,6 +282,11 @@ class Sequential:
         if batch not in self._workspaces:
             if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
                 raise ConfigError(f"batch size {batch!r} must be a positive integer")
+            widest = max(math.prod(s) for s in [self.input_shape] + [l.out_shape for l in self.layers])
+            check_index(batch * widest, f"batch size {batch} times the widest layer's {widest:,} values")
+            for part in self.parts:
+                for name, (_, shape) in part.scratch_shapes(batch, self.need_dinp[part.first]).items():
+                    check_index(math.prod(shape), f"batch size {batch}: layer {part.first}'s {name} buffer")
             runtime.check_memory(self.workspace_bytes(batch), f"batch size {batch} with this network")
             self._workspaces[batch] = Workspace(self, batch)
         return self._workspaces[batch]

@@ -28,7 +28,7 @@ from . import data as datasets
 from . import runtime
 from .config import RunConfig, fit_model
 from .distributed import RankFailed
-from .errors import ConfigError, DivergedError, LayerlabError
+from .errors import ConfigError, DataError, DivergedError, LayerlabError
 from .events import EpochEnd, Event, LayerTiming, RunFailed, RunFinished, RunStarted, Step
 from .kernels.data import gather_rows
 from .kernels.loss import check_finite, count_correct, loss_accumulate
@@ -304,12 +304,17 @@ class Trainer:
         """Continue from ``self.resume``; returns the sample offset within the epoch to continue."""
         state = ckpt.load(self.resume)
         ckpt.check_compatible(state, self.cfg.to_dict(), self.resume)
+        n = len(self.ds.x_train)
+        ckpt.check_against(state, self.resume, n, self.opt, self.cfg.train["epochs"])
+        try:
+            self.rng.bit_generator.state = state["rng"]
+        except (TypeError, ValueError, KeyError, OverflowError) as exc:
+            raise DataError(f"{self.resume}: rng is not the state of a {type(self.rng.bit_generator).__name__} "
+                            f"generator ({exc})") from None
         self.net.load_state_dict(state["weights"], source=str(self.resume))
         self.opt.load_state_dict(state["opt"])
         pos = state["position"]
-        self.rng.bit_generator.state = state["rng"]
         self.step, self.best, self.samples_done, self.train_s = pos.step, pos.best_acc, pos.samples_done, pos.train_s
-        n = len(self.ds.x_train)
         if pos.offset >= n:  # the checkpoint closed an epoch: start the next one afresh
             self.start_epoch = pos.epoch + 1
             return 0
