@@ -6,13 +6,11 @@ import sys
 
 from . import bench
 from .errors import ConfigError, LayerlabError
+from .limits import ascii_int
 
 
 def _ints(text: str, name: str) -> list[int]:
-    try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"--{name} {text!r} must be comma-separated integers") from None
+    vals = [ascii_int(v, f"--{name} entry") for v in text.split(",") if v.strip()]
     if not vals or min(vals) < 1:
         raise ConfigError(f"--{name} {text!r} must be positive integers")
     return vals

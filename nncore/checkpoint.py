@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ConfigError, DataError
-from .fileio import read_npz, write_npz_atomic
+from .fileio import read_npz, write_or_rescue
 from .limits import INT32_MAX
 
 FORMAT = 1
@@ -44,7 +44,7 @@ def parse_every(text) -> tuple[int, str]:
             if s.endswith(suffix):
                 s = s[: -len(suffix)]
                 break
-    if not s.isdigit() or int(s) < 1:
+    if not (s.isascii() and s.isdigit()) or not 1 <= int(s) <= INT32_MAX:
         raise ConfigError(f"--checkpoint-every {text!r} must be N (steps) or Ne (epochs), N >= 1")
     return int(s), unit
 
@@ -56,7 +56,7 @@ def save(path, net, opt, pos: Position, order: np.ndarray | None, rng: np.random
     meta = {"format": FORMAT, "position": pos.__dict__, "rng": rng.bit_generator.state, "config": config,
             "optimizer": opt.name}
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
-    write_npz_atomic(path, arrays)
+    write_or_rescue(path, lambda fh: np.savez(fh, **arrays), "the checkpoint")
 
 
 def _int(v) -> bool:

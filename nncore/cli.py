@@ -27,25 +27,46 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_CONFIG, f"{self.prog}: error: {message}\n")
 
 
+def _int_arg(text: str) -> int:
+    """ASCII digits with an optional sign, within 32 bits (the range a field then narrows)."""
+    from nncore.limits import ascii_int
+
+    s = text.strip()
+    try:
+        value = ascii_int(s[1:] if s.startswith("-") else s, "value")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("value ", "", 1)) from None
+    return -value if s.startswith("-") else value
+
+
+def _float_arg(text: str) -> float:
+    from nncore.limits import finite_float
+
+    try:
+        return finite_float(text, "value")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("value ", "", 1)) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="layerlab", description="Train small networks on Taichi backends and see where the time goes.")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     t = sub.add_parser("train", help="train a network headless")
     t.add_argument("config", help="a config .toml, or the name of one in assets/configs (quadrant, cnn, ...)")
     t.add_argument("--arch", choices=["cpu-serial", "cpu-parallel", "cuda"])
-    t.add_argument("--threads", type=int)
-    t.add_argument("--epochs", type=int)
-    t.add_argument("--batch-size", type=int)
-    t.add_argument("--lr", type=float)
+    t.add_argument("--threads", type=_int_arg)
+    t.add_argument("--epochs", type=_int_arg)
+    t.add_argument("--batch-size", type=_int_arg)
+    t.add_argument("--lr", type=_float_arg)
     t.add_argument("--optimizer", choices=["sgd", "adam"])
-    t.add_argument("--momentum", type=float)
-    t.add_argument("--seed", type=int)
+    t.add_argument("--momentum", type=_float_arg)
+    t.add_argument("--seed", type=_int_arg)
     src = t.add_mutually_exclusive_group()
     src.add_argument("--dataset", help="quadrant, circle, xor, gauss, spiral, fashion-subset, fashion-mnist")
     src.add_argument("--data", metavar="DIR", help="a directory of IDX files (MNIST format, .gz or raw)")
-    t.add_argument("--limit", type=int, help="use at most N training and N test samples")
+    t.add_argument("--limit", type=_int_arg, help="use at most N training and N test samples")
     t.add_argument("--no-shuffle", action="store_true")
-    t.add_argument("--timing-every", type=int, metavar="K", help="time each layer on every K-th step (default 10)")
+    t.add_argument("--timing-every", type=_int_arg, metavar="K", help="time each layer on every K-th step (default 10)")
     t.add_argument("--init-weights", metavar="F.npz")
     t.add_argument("--save-weights", metavar="F.npz")
     t.add_argument("--checkpoint", metavar="FILE", help="where checkpoints go (written atomically)")
@@ -56,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     dist = t.add_mutually_exclusive_group()
     dist.add_argument("--distributed", action="store_true",
                       help="be one rank of a data-parallel run (start under mpiexec -n N)")
-    dist.add_argument("--ranks", type=int, metavar="N",
+    dist.add_argument("--ranks", type=_int_arg, metavar="N",
                       help="run N data-parallel ranks (default: the config's train.ranks): starts mpiexec itself")
     sub.add_parser("archs", help="which backends work here, and why not")
     b = sub.add_parser("bench", help="benchmark the seed workloads, side by side with PyTorch where installed")
@@ -64,10 +85,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated: net-1h, net-2h, cnn32, cnn64, cnn256")
     b.add_argument("--batch", default="64,256,1000", help="comma-separated batch sizes")
     b.add_argument("--arch", default="cpu-parallel", choices=["cpu-serial", "cpu-parallel", "cuda"])
-    b.add_argument("--threads", type=int)
-    b.add_argument("--steps", type=int, default=20, help="training steps per timed repeat")
-    b.add_argument("--repeats", type=int, default=5)
-    b.add_argument("--warmup", type=int, default=3, help="steps before timing (the first compiles)")
+    b.add_argument("--threads", type=_int_arg)
+    b.add_argument("--steps", type=_int_arg, default=20, help="training steps per timed repeat")
+    b.add_argument("--repeats", type=_int_arg, default=5)
+    b.add_argument("--warmup", type=_int_arg, default=3, help="steps before timing (the first compiles)")
     b.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     b.add_argument("--json", metavar="FILE|-", help="write the results as JSON ('-': stdout, instead of text)")
     sw = sub.add_parser("sweep", help="scaling sweep: archs x threads x batch sizes x filters, with Amdahl")
@@ -76,16 +97,16 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--batch", default="64,256,1000")
     sw.add_argument("--filters", help="comma-separated Conv2D filter counts (default: as configured)")
     sw.add_argument("--threads", help="comma-separated thread counts for cpu-parallel (default: all cores)")
-    sw.add_argument("--steps", type=int, default=10)
-    sw.add_argument("--repeats", type=int, default=5)
-    sw.add_argument("--warmup", type=int, default=3)
+    sw.add_argument("--steps", type=_int_arg, default=10)
+    sw.add_argument("--repeats", type=_int_arg, default=5)
+    sw.add_argument("--warmup", type=_int_arg, default=3)
     sw.add_argument("--out", metavar="DIR", default="sweep-results")
     ls = sub.add_parser("lockstep", help="train on two archs in lockstep and compare losses and weights")
     ls.add_argument("config")
     ls.add_argument("--archs", default="cpu-serial,cpu-parallel")
-    ls.add_argument("--steps", type=int, default=20)
-    ls.add_argument("--batch-size", type=int, default=64)
-    ls.add_argument("--tol", type=float, default=1e-5)
+    ls.add_argument("--steps", type=_int_arg, default=20)
+    ls.add_argument("--batch-size", type=_int_arg, default=64)
+    ls.add_argument("--tol", type=_float_arg, default=1e-5)
     ui = sub.add_parser("tui", help="the terminal app (the default with no arguments)")
     ui.add_argument("config", nargs="?", help="a config to open (default: quadrant)")
     return p
@@ -151,20 +172,40 @@ def _launch_ranks(args, argv: list[str], ranks: int) -> int:
             rest.append(a)
     cmd, env = launch_command(ranks, rest)
     # Ctrl-C reaches mpiexec, which passes it to the ranks; this process only waits for their verdict. (A
-    # handler, not SIG_IGN: an ignored signal would stay ignored in mpiexec too.)
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    # handler, not SIG_IGN: an ignored signal would stay ignored in mpiexec too.) A SIGTERM is passed on, and
+    # mpiexec is told to end with this process however it dies, so no rank outlives the launcher.
+    proc = None
+
+    def on_term(signum, frame):
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None), signal.signal(signal.SIGTERM, on_term)
     try:
-        if args.jsonl != "-":
-            return subprocess.run(cmd, env=env).returncode
-        # JSON lines on stdout stay pure: mpiexec's own notes (its Ctrl-C messages) go to stderr.
-        with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) as proc:
-            for line in proc.stdout:
-                out = sys.stdout if line.startswith("{") else sys.stderr
-                out.write(line)
-                out.flush()
-        return proc.returncode
+        pure = args.jsonl == "-"  # JSON lines on stdout stay pure: mpiexec's own notes go to stderr
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE if pure else None, text=True,
+                                preexec_fn=_end_with_parent)
+        with proc:
+            if pure:
+                for line in proc.stdout:
+                    out = sys.stdout if line.startswith("{") else sys.stderr
+                    out.write(line)
+                    out.flush()
+            proc.wait()
+        return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+
+
+def _end_with_parent() -> None:
+    """In mpiexec before it starts (Linux): SIGTERM when the launcher dies, even by SIGKILL."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _abort_ranks(code: int) -> None:
@@ -189,14 +230,17 @@ def _train(args) -> int:
     signal.signal(signal.SIGINT, on_sigint)
     from nncore.config import check_run
     from nncore.events import RunFailed
+    from nncore.fileio import check_outputs
     from nncore.report import TextReporter
     from nncore.train import Trainer
 
+    status, jsonl, root = None, None, True
     try:
         if args.distributed:
             from nncore.distributed import INSTALL_HINT, Cluster, find_mpiexec
 
             cluster = Cluster()
+            root = cluster.is_root
             want = os.environ.get("LAYERLAB_RANKS")
             if want and want.isdigit() and int(want) != cluster.size:
                 raise ConfigError(f"mpiexec ({find_mpiexec()}) started {want} separate one-rank runs, not one run "
@@ -204,27 +248,47 @@ def _train(args) -> int:
                                   "name the right one in LAYERLAB_MPIEXEC")
         cfg = _config(args)
         check_run(cfg)  # the dataset and the network's fit to it, before a backend starts (the app checks alike)
-        # Fail before training, not after it, when the weights could not be written.
-        for flag, path in (("--save-weights", args.save_weights), ("--checkpoint", args.checkpoint)):
-            if path and not Path(path).resolve().parent.is_dir():
-                raise ConfigError(f"{flag} {path}: its directory does not exist")
+        # Every output checked before training, not found unwritable after it.
+        check_outputs([("--save-weights", args.save_weights), ("--checkpoint", args.checkpoint),
+                       ("--jsonl", None if args.jsonl in (None, "-") else args.jsonl)])
         trainer = Trainer(cfg, init_weights=args.init_weights, save_weights=args.save_weights,
                           checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
                           cluster=cluster)
-    except LayerlabError as exc:  # the same on every rank: each exits alike, rank 0 says it
-        if cluster is None or cluster.is_root:
-            print(f"layerlab: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    root = cluster is None or cluster.is_root
-    jsonl = None
-    if args.jsonl and root:
-        jsonl = sys.stdout if args.jsonl == "-" else open(args.jsonl, "w", encoding="utf-8")
+        if args.jsonl and args.jsonl != "-" and root:
+            try:
+                jsonl = open(args.jsonl, "w", encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"--jsonl {args.jsonl}: cannot write ({exc.strerror or exc})") from None
+    except LayerlabError as exc:
+        status = (exc.exit_code, str(exc))
+    if cluster is not None and cluster.size > 1:
+        # One rank's failure here (its filesystem, its files) must end every rank, not leave them in a collective.
+        report = cluster.allgather(status)
+        failed = next(((rank, st) for rank, st in enumerate(report) if st is not None), None)
+        if failed is not None:
+            if cluster.is_root:
+                rank, (_, message) = failed
+                print(f"layerlab: error: {'' if rank == 0 else f'rank {rank}: '}{message}", file=sys.stderr)
+            if jsonl is not None:
+                jsonl.close()
+            return failed[1][0]
+    elif status is not None:
+        print(f"layerlab: error: {status[1]}", file=sys.stderr)
+        return status[0]
+    if args.jsonl == "-" and root:
+        jsonl = sys.stdout
     text = None if args.jsonl == "-" or not root else TextReporter(sys.stdout, quiet=args.quiet)
+    lost = []  # where the events could not be written (a full disk mid-run): the run goes on, the exit says so
 
     def emit(event):
-        if jsonl is not None:
-            jsonl.write(event.to_json() + "\n")
-            jsonl.flush()
+        if jsonl is not None and not lost:
+            try:
+                jsonl.write(event.to_json() + "\n")
+                jsonl.flush()
+            except OSError as exc:
+                lost.append(f"--jsonl {args.jsonl}: writing the events failed ({exc.strerror or exc}) "
+                            f"at {event.kind}; the run went on")
+                print(f"layerlab: warning: {lost[0]}", file=sys.stderr)
         if text is not None:
             text(event)
 
@@ -241,7 +305,10 @@ def _train(args) -> int:
         raise
     finally:
         if jsonl is not None and jsonl is not sys.stdout:
-            jsonl.close()
+            try:
+                jsonl.close()
+            except OSError:
+                pass
     if isinstance(end, RunFailed):
         alone = trainer.failed_alone and cluster.size > 1
         if root or alone:
@@ -251,6 +318,9 @@ def _train(args) -> int:
             sys.stderr.flush()
             cluster.abort(end.exit_code)
         return end.exit_code
+    if lost:
+        print(f"layerlab: error: {lost[0]}", file=sys.stderr)
+        return EXIT_CONFIG
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
 

@@ -11,7 +11,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, DataError
+from .limits import CONFIG_BYTES, CONFIG_DEPTH, INT32_MAX, depth, regular_file
 from .runtime import ARCHS
 
 try:
@@ -57,6 +58,9 @@ class RunConfig:
     def __post_init__(self):
         self.data = _fill("data", self.data, DATA_FIELDS, self.source)
         self.train = _fill("train", self.train, TRAIN_FIELDS, self.source)
+        if self.train["optimizer"] != "sgd" and self.train["momentum"]:  # it would be silently ignored
+            raise ConfigError(f"{self.source}: train.momentum = {self.train['momentum']} applies to sgd only; "
+                              f"{self.train['optimizer']} has no momentum setting", field="train.momentum")
         if self.train["arch"] not in ARCHS:
             raise ConfigError(f"{self.source}: train.arch {self.train['arch']!r} is unknown; choose one of "
                               f"{', '.join(ARCHS)}", field="train.arch")
@@ -66,6 +70,9 @@ class RunConfig:
         cfg = copy.deepcopy(self)
         target = getattr(cfg, section)
         target.update({k: v for k, v in values.items() if v is not None})
+        if section == "train" and isinstance(values.get("optimizer"), str) and values["optimizer"].lower() != "sgd" \
+                and values.get("momentum") is None:
+            target.pop("momentum", None)  # the file's momentum was sgd's; switching optimizer drops it
         cfg.source = self.source
         cfg.__post_init__()
         return cfg
@@ -92,10 +99,19 @@ def _fill(section: str, given: dict, spec: dict, source: str) -> dict:
     out = {}
     for name, (default, (check, allowed)) in spec.items():
         value = given.get(name, default)
+        if value is None and default is not None:  # null (JSON) is not "the default": say what is wanted
+            raise ConfigError(f"{source}: {section}.{name} = null must be {allowed}", field=f"{section}.{name}")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT32_MAX:
+            raise ConfigError(f"{source}: {section}.{name} = {value} is beyond the 32-bit range the engine uses",
+                              field=f"{section}.{name}")
         if value is not None and not check(value):
             raise ConfigError(f"{source}: {section}.{name} = {value!r} must be {allowed}", field=f"{section}.{name}")
         out[name] = value.lower() if name == "optimizer" else value
     return out
+
+
+def _no_constant(name: str):
+    raise ConfigError(f"{name} is not a number a config may hold")
 
 
 def load_config(path) -> RunConfig:
@@ -104,23 +120,32 @@ def load_config(path) -> RunConfig:
     if not p.exists() and not p.suffix and (CONFIG_DIR / f"{p}.toml").exists():
         p = CONFIG_DIR / f"{p}.toml"
     try:
+        size = regular_file(p, "config file")
+    except DataError as exc:
+        raise ConfigError(str(exc)) from None
+    if size > CONFIG_BYTES:
+        raise ConfigError(f"{p}: {size:,} bytes is too large for a config file (at most {CONFIG_BYTES:,})")
+    try:
+        with open(p, "rb") as fh:
+            text = fh.read(CONFIG_BYTES + 1).decode("utf-8")
+        if len(text) > CONFIG_BYTES:
+            raise ConfigError(f"{p}: too large for a config file (at most {CONFIG_BYTES:,} bytes)")
         if p.suffix == ".json":  # what the app hands to `layerlab train` for a distributed run
-            doc = json.loads(p.read_text(encoding="utf-8"))
+            doc = json.loads(text, parse_constant=_no_constant)
             if not isinstance(doc, dict):
                 raise ConfigError(f"{p}: a config must be a JSON object")
         else:
-            with open(p, "rb") as fh:
-                doc = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{p}: is a directory, not a config file") from None
+            doc = tomllib.loads(text)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: cannot read ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: invalid TOML ({exc})") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{p}: invalid JSON ({exc})") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: nested too deeply (at most {CONFIG_DEPTH} levels)") from None
+    if depth(doc) > CONFIG_DEPTH:
+        raise ConfigError(f"{p}: nested too deeply (at most {CONFIG_DEPTH} levels)")
     unknown = sorted(set(doc) - {"model", "data", "train", "name", "description"})
     if unknown:
         raise ConfigError(f"{p}: unknown table or field {unknown[0]!r} (allowed: model, data, train)")

@@ -10,12 +10,14 @@ from __future__ import annotations
 import gzip
 import math
 import struct
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from .errors import ConfigError, DataError
+from .limits import INT32_MAX, check_host_memory, check_index, regular_file
 
 ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED_DIR = ROOT / "assets" / "fashion-mnist-subset"
@@ -99,9 +101,15 @@ def _points(name: str, n: int, noise: float, rng: np.random.Generator) -> tuple[
     return p, np.repeat([1, 0], [half, n - half]).astype(np.int32)
 
 
+SYNTHETIC_BYTES = 128  # host bytes per sample while a synthetic set is generated (float64 temporaries)
+
+
 def _check_synthetic(samples, noise, test_ratio) -> None:
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 4:
         raise ConfigError(f"samples {samples!r} must be an integer >= 4", field="data.samples")
+    if samples > INT32_MAX:
+        raise ConfigError(f"samples {samples:,} is beyond the kernels' 32-bit index range", field="data.samples")
+    check_host_memory(SYNTHETIC_BYTES * samples, f"samples = {samples:,}", field="data.samples")
     if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= 1:
         raise ConfigError(f"noise {noise!r} must be in [0, 1]", field="data.noise")
     if isinstance(test_ratio, bool) or not isinstance(test_ratio, (int, float)) or not 0 < test_ratio < 1:
@@ -141,24 +149,45 @@ def _header(path: Path, raw: bytes) -> tuple[int, ...]:
     return struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
 
 
+def _check_dims(path: Path, dims: tuple[int, ...]) -> int:
+    """The body size an IDX header declares, checked before anything is read or decompressed: no empty
+    dimension, within the kernels' 32-bit indices (as float32 features) and within host memory."""
+    if 0 in dims:
+        raise DataError(f"{path}: the header declares {' x '.join(map(str, dims))} items; a dataset needs at "
+                        "least one of each")
+    body = math.prod(dims)
+    try:
+        check_index(body, f"{path}: the header's {' x '.join(map(str, dims))} values")
+        check_host_memory(5 * body, f"{path} ({' x '.join(map(str, dims))} values, as bytes and float32)")
+    except ConfigError as exc:
+        raise DataError(str(exc)) from None
+    return body
+
+
 def read_idx(path) -> np.ndarray:
-    """One IDX file (raw or .gz) of unsigned bytes: images (N, H, W) or labels (N,)."""
+    """One IDX file (raw or .gz) of unsigned bytes: images (N, H, W) or labels (N,). The header is checked
+    before the body is read, so a file (or a gzip bomb) declaring more than fits is refused unread."""
     path = Path(path)
+    regular_file(path, "IDX file")
     try:
         with _open(path) as fh:
-            raw = fh.read()
+            head = fh.read(4)
+            ndim = head[3] if len(head) == 4 else 0
+            head += fh.read(4 * ndim)
+            dims = _header(path, head)
+            body = _check_dims(path, dims)
+            raw = fh.read(body)
+            extra = len(fh.read(1))
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise DataError(f"{path}: cannot read ({exc})") from None
-    dims = _header(path, raw)
-    ndim = len(dims)
-    need = 4 + 4 * ndim + math.prod(dims)
-    if len(raw) < need:
-        raise DataError(f"{path}: truncated ({len(raw)} bytes, the header promises {need})")
-    if len(raw) > need:
-        raise DataError(f"{path}: {len(raw) - need} bytes after the data the header describes")
-    return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+    need = 4 + 4 * ndim + body
+    if len(raw) < body:
+        raise DataError(f"{path}: truncated ({len(head) + len(raw)} bytes, the header promises {need})")
+    if extra:
+        raise DataError(f"{path}: bytes after the data the header describes")
+    return np.frombuffer(raw, np.uint8).reshape(dims)
 
 
 def _find_file(directory: Path, stem: str) -> Path:
@@ -208,12 +237,15 @@ class DatasetInfo:
 
 def _idx_dims(path: Path) -> tuple[int, ...]:
     """The dimensions an IDX file's header declares (its first 16 bytes at most)."""
+    regular_file(path, "IDX file")
     try:
         with _open(path) as fh:
             head = fh.read(16)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise DataError(f"{path}: cannot read ({exc})") from None
-    return _header(path, head)
+    dims = _header(path, head)
+    _check_dims(path, dims)
+    return dims
 
 
 def describe(name: str | None = None, directory=None, *, samples: int = 1000, noise: float = 0.0,

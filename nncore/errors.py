@@ -29,6 +29,13 @@ class DataError(LayerlabError, ValueError):
     exit_code = 2
 
 
+class OutputError(LayerlabError, OSError):
+    """An output (weights, checkpoint, events) could not be written where asked (exit 2); the message says
+    where the result was saved instead."""
+
+    exit_code = 2
+
+
 class DivergedError(LayerlabError, ArithmeticError):
     """Training produced a non-finite loss or weight (exit 3)."""
 

@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import os
+import re
+import stat
 import tempfile
+import time
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from .errors import ConfigError, DataError, OutputError
+from .limits import check_host_memory, regular_file
 
 
 def _new_file_mode(path: Path) -> int:
@@ -22,10 +27,23 @@ def _new_file_mode(path: Path) -> int:
         return 0o666 & ~mask
 
 
+def _clean_stale(path: Path) -> None:
+    """Temporary files of our own naming left beside ``path`` by a process killed while writing it."""
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.[A-Za-z0-9_]{{8}}\.tmp$")
+    try:
+        for old in path.parent.iterdir():
+            if pattern.match(old.name):
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 def write_atomic(path, write) -> None:
     """``write(fh)`` into a temporary file in the same directory, fsync, then rename over ``path``: a crash
-    leaves the old file whole. The file gets the mode a plain open() would give it."""
-    path = Path(path)
+    leaves the old file whole. The file gets the mode a plain open() would give it; a symlink keeps pointing
+    at the file, which is what is replaced."""
+    path = Path(os.path.realpath(path))
+    _clean_stale(path)
     mode = _new_file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
@@ -45,11 +63,97 @@ def write_npz_atomic(path, arrays: dict[str, np.ndarray]) -> None:
     write_atomic(path, lambda fh: np.savez(fh, **arrays))
 
 
+def _npz_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, path) -> np.ndarray:
+    """One .npy inside an .npz, its header checked before its body is read: a numeric dtype, and a size that
+    is what the zip directory says the member holds (so no header can make us allocate more than the file's
+    declared, memory-checked contents)."""
+    name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+    with zf.open(info) as fh:
+        try:
+            version = np.lib.format.read_magic(fh)
+            shape, fortran, dtype = (np.lib.format.read_array_header_1_0(fh) if version == (1, 0)
+                                     else np.lib.format.read_array_header_2_0(fh))
+        except (ValueError, SyntaxError, TypeError) as exc:
+            raise DataError(f"{path}: {name} is not a .npy array ({exc})") from None
+        if dtype.hasobject or dtype.kind not in "biuf":
+            raise DataError(f"{path}: {name} holds {dtype} values, not numbers")
+        nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if nbytes != info.file_size - fh.tell():
+            raise DataError(f"{path}: {name}'s header declares {nbytes:,} bytes of data, the file holds "
+                            f"{info.file_size - fh.tell():,}")
+        raw = fh.read(nbytes)
+    arr = np.frombuffer(raw, dtype).reshape(shape, order="F" if fortran else "C")
+    return arr.copy()
+
+
 def read_npz(path) -> dict[str, np.ndarray]:
+    """The arrays of an .npz (weights, checkpoints): a regular file, every member checked before it is read,
+    the whole within host memory; no pickles."""
+    regular_file(path, ".npz file")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
-        raise DataError(f"{path}: not a readable .npz weights file ({exc})") from None
+        with zipfile.ZipFile(path) as zf:
+            members = zf.infolist()
+            total = sum(info.file_size for info in members)
+            try:
+                check_host_memory(2 * total, f"{path} ({total:,} bytes unpacked)")
+            except ConfigError as exc:
+                raise DataError(str(exc)) from None
+            return {(info.filename[:-4] if info.filename.endswith(".npy") else info.filename):
+                    _npz_member(zf, info, path) for info in members}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError) as exc:
+        raise DataError(f"{path}: not a readable .npz file ({exc})") from None
+
+
+def check_output(path, flag: str) -> Path:
+    """An output path, checked before a run starts so that its result cannot be lost to it at the end: a name
+    given, not a directory or special file, in a directory that exists and where a file can be created."""
+    text = str(path)
+    if not text.strip():
+        raise ConfigError(f"{flag} '': give a file name")
+    p = Path(os.path.realpath(text))
+    if p.is_dir():
+        raise ConfigError(f"{flag} {text}: is a directory; give a file name in it")
+    if p.exists() and not stat.S_ISREG(p.stat().st_mode):
+        raise ConfigError(f"{flag} {text}: not a regular file")
+    if not p.parent.is_dir():
+        raise ConfigError(f"{flag} {text}: its directory does not exist")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"{flag} {text}: cannot write in {p.parent} ({exc.strerror or exc})") from None
+    return p
+
+
+def check_outputs(outputs: list[tuple[str, object]]) -> None:
+    """Every (flag, path) given (None: not asked for) checked, and no two the same file."""
+    seen: dict[Path, str] = {}
+    for flag, path in outputs:
+        if path is None:
+            continue
+        p = check_output(path, flag)
+        if p in seen:
+            raise ConfigError(f"{flag} {path}: the same file as {seen[p]}; give each output its own file")
+        seen[p] = flag
+
+
+def write_or_rescue(path, write, what: str) -> None:
+    """:func:`write_atomic`, and if that fails (a full disk, a directory gone read-only), the same bytes beside
+    it or in the temporary directory, with an OutputError naming where they went: a finished result is kept."""
+    path = Path(path)
+    try:
+        write_atomic(path, write)
+        return
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for alt in (path.with_name(f"{path.name}.rescued-{stamp}"),
+                Path(tempfile.gettempdir()) / f"{path.name}.rescued-{stamp}"):
+        try:
+            write_atomic(alt, write)
+        except OSError:
+            continue
+        raise OutputError(f"{what} could not be written to {path} ({reason}); saved to {alt} instead")
+    raise OutputError(f"{what} could not be written to {path} ({reason}), nor beside it or in "
+                      f"{tempfile.gettempdir()}")

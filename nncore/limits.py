@@ -35,3 +35,70 @@ def depth(value, limit: int = CONFIG_DEPTH) -> int:
         elif isinstance(item, list):
             stack.extend((v, level + 1) for v in item)
     return deepest
+
+
+def host_memory() -> int:
+    """Bytes the host can give new allocations now (MemAvailable), or a very large number where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 1 << 62
+
+
+def check_host_memory(need: int, what: str, field: str | None = None) -> None:
+    """Refuse, before allocating or decompressing, host data that would not fit (90% of what is available)."""
+    avail = 0.9 * host_memory()
+    if need > avail:
+        raise ConfigError(f"{what} needs about {need / 2**30:.1f} GiB, more than the {avail / 2**30:.1f} GiB of "
+                          "host memory available", field=field)
+
+
+def regular_file(path, what: str = "file") -> int:
+    """``path`` must be a regular file (not a FIFO, device, socket or directory, which could block for ever or
+    never end); returns its size. Raises DataError naming it."""
+    import os
+    import stat
+
+    from .errors import DataError
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise DataError(f"{path}: is a directory, not a {what}")
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError(f"{path}: not a regular file (a FIFO, device or socket); give a {what}")
+    return st.st_size
+
+
+def ascii_int(text: str, what: str, minimum: int = 0) -> int:
+    """An integer argument as a person types it: ASCII digits only (not ``²`` or ``５``, which Python's int()
+    would take or choke on), within [minimum, 2**31 - 1]."""
+    s = text.strip()
+    if not (s.isascii() and s.isdigit()):
+        raise ConfigError(f"{what} {text!r} must be a whole number written in digits 0-9")
+    value = int(s)
+    if not minimum <= value <= INT32_MAX:
+        raise ConfigError(f"{what} {value} must be in [{minimum}, {INT32_MAX}]")
+    return value
+
+
+def finite_float(text: str, what: str) -> float:
+    """A number argument: ASCII, finite (no nan or inf)."""
+    import math
+
+    s = text.strip()
+    try:
+        value = float(s) if s.isascii() else math.nan
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise ConfigError(f"{what} {text!r} must be a finite number")
+    return value

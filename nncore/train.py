@@ -29,6 +29,7 @@ from . import runtime
 from .config import RunConfig, fit_model
 from .distributed import RankFailed
 from .errors import ConfigError, DataError, DivergedError, LayerlabError
+from .fileio import write_or_rescue
 from .events import EpochEnd, Event, LayerTiming, RunFailed, RunFinished, RunStarted, Step
 from .kernels.data import gather_rows
 from .kernels.loss import check_finite, count_correct, loss_accumulate
@@ -364,7 +365,8 @@ class Trainer:
                 if self.every and self.every[1] == "epochs" and self.epoch % self.every[0] == 0:
                     self._save_checkpoint(len(self.ds.x_train))
             if self.save_weights and self.root:
-                self.net.save_weights(self.save_weights)
+                state = self.net.state_dict()
+                write_or_rescue(self.save_weights, lambda fh: np.savez(fh, **state), "the weights")
             # No evaluation yet (stopped in the first epoch): no accuracy or loss to report, not zeros.
             end = RunFinished(last.epoch if last else 0, self.step, last.test_loss if last else None,
                               last.test_acc if last else None, self.best if last or self.start_epoch > 1 else None,

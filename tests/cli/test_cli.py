@@ -76,7 +76,7 @@ MLP = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_featu
      "layer 0 (Linear): in_features 3 does not match the input size 2"),
     (MLP + '[train]\nbatch_size = 0\n', [], "train.batch_size = 0 must be a positive integer"),
     (MLP + '[train]\nlrr = 0.1\n', [], "unknown field train.lrr"),
-    (MLP, ["--epochs", "x"], "argument --epochs: invalid int value: 'x'"),
+    (MLP, ["--epochs", "x"], "argument --epochs: 'x' must be a whole number written in digits 0-9"),
     (MLP, ["--dataset", "nope"], "dataset 'nope' is unknown"),
     (MLP, ["--lr", "-1"], "train.lr = -1.0 must be a finite number > 0"),
     (MLP, ["--save-weights", "/nonexistent/dir/w.npz"], "its directory does not exist"),

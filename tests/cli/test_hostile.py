@@ -119,3 +119,160 @@ def test_integers_past_32_bits_are_refused_before_a_kernel_sees_them(tmp_path, k
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     one_line_error(proc, "layer 0 (Conv2D)")
     assert "32-bit" in proc.stderr
+
+
+def _left_behind(marker: str) -> list[str]:
+    """Processes whose command line holds ``marker`` (launchers, mpiexec, ranks)."""
+    proc = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True)
+    return [line for line in proc.stdout.splitlines() if marker in line and "ps -eo" not in line]
+
+
+def _mpi_works() -> str | None:
+    from tests.cli.test_distributed import _mpi_missing
+
+    return _mpi_missing()
+
+
+needs_mpi = pytest.mark.skipif(_mpi_works() is not None, reason=f"MPI is not installed here: {_mpi_works()}")
+
+
+@needs_mpi
+def test_two_ranks_with_an_unwritable_jsonl_end_quickly_and_leave_nothing(tmp_path):
+    """Rank 0 once died of a traceback opening it while rank 1 spun in a collective for ever."""
+    import time
+
+    marker = str(tmp_path / "no-such-dir" / "x.jsonl")
+    t0 = time.monotonic()
+    proc = layerlab("train", "quadrant", "--arch", "cpu-serial", "--ranks", "2", "--jsonl", marker, timeout=60)
+    took = time.monotonic() - t0
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, f"--jsonl {marker}: its directory does not exist")
+    assert took < 10, took
+    time.sleep(0.5)
+    assert _left_behind(marker) == []
+
+
+@needs_mpi
+def test_killing_the_launcher_ends_mpiexec_and_every_rank(tmp_path):
+    import os
+    import signal
+    import time
+
+    marker, events = str(tmp_path / "w.npz"), tmp_path / "events.jsonl"
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "net-1h", "--arch", "cpu-serial",
+                             "--epochs", "50", "--jsonl", str(events), "--save-weights", marker, "--ranks", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (events.exists() and '"event":"step"' in events.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(_left_behind(marker)) >= 3  # the launcher, mpiexec, the ranks
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 20
+    while _left_behind(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _left_behind(marker) == []
+
+
+# -- outputs: checked before the run, and a finished result never lost ----------------------------------------------
+@pytest.mark.parametrize("flag", ["--save-weights", "--checkpoint", "--jsonl"])
+@pytest.mark.parametrize("where,needle", [("dir", "is a directory"), ("proc", "cannot write in /proc"),
+                                          ("empty", "'': give a file name"), ("missing", "its directory does not exist")])
+def test_unwritable_outputs_are_refused_before_training(tmp_path, flag, where, needle):
+    """They were a traceback and exit 1 after training, the run's result gone."""
+    path = {"dir": tmp_path, "proc": "/proc/layerlab-out", "empty": "", "missing": tmp_path / "no" / "f"}[where]
+    proc = layerlab("train", *RUN, flag, path)
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, needle)
+    assert "epoch" not in proc.stdout  # refused before a step was trained
+
+
+def test_two_outputs_on_one_file_are_refused(tmp_path):
+    proc = layerlab("train", *RUN, "--checkpoint", tmp_path / "x.npz", "--save-weights", tmp_path / "x.npz")
+    assert proc.returncode == 2
+    one_line_error(proc, "the same file as --save-weights")
+
+
+def test_a_final_write_that_fails_saves_the_weights_beside_it(tmp_path, monkeypatch):
+    """The directory became unwritable during the run: the weights go beside it, named in the error."""
+    from nncore import fileio
+
+    target = tmp_path / "w.npz"
+    real = fileio.write_atomic
+    monkeypatch.setattr(fileio, "write_atomic", lambda path, write: (
+        (_ for _ in ()).throw(OSError(28, "No space left on device")) if path == target else real(path, write)))
+    end = Trainer(load_config("quadrant").override("train", arch="cpu-serial", epochs=1), save_weights=target).run()
+    assert isinstance(end, RunFailed) and end.exit_code == 2, end
+    saved = [p for p in tmp_path.iterdir() if p.name.startswith("w.npz.rescued-")]
+    assert len(saved) == 1 and f"saved to {saved[0]} instead" in end.error and "No space left" in end.error
+    with np.load(saved[0]) as f:
+        assert set(f.files) == {"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"}
+
+
+def test_a_symlinked_output_stays_a_symlink_and_stale_temporaries_are_cleaned(tmp_path):
+    real = tmp_path / "real.npz"
+    real.write_bytes(b"old")
+    (tmp_path / "link.npz").symlink_to(real)
+    for stale in (".real.npz.ab12cd34.tmp", ".real.npz.zz99yy88.tmp"):  # left by a process killed mid-write
+        (tmp_path / stale).write_bytes(b"partial")
+    (tmp_path / ".other.npz.ab12cd34.tmp").write_bytes(b"not ours to clean")
+    proc = layerlab("train", *RUN, "--save-weights", tmp_path / "link.npz")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "link.npz").is_symlink() and np.load(real)["0.weight"].shape == (16, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.npz.ab12cd34.tmp", "link.npz", "real.npz"]
+
+
+# -- structure and values refused by name ----------------------------------------------------------------------------
+@pytest.mark.parametrize("text,needle", [
+    ('{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": 1}]}, '
+     '"train": {"epochs": null}}', "train.epochs = null must be a positive integer"),
+    ('{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": 1}]}, '
+     '"train": {"shuffle": null}}', "train.shuffle = null must be true or false"),
+    ('{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": 1}]}, '
+     '"train": {"lr": NaN}}', "NaN is not a number a config may hold"),
+    ('{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": 1}]}, '
+     '"data": {"samples": 1000000000000}}', "data.samples = 1000000000000 is beyond the 32-bit range"),
+    ('{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": 1}]}, '
+     '"train": {"optimizer": "adam", "momentum": 0.9}}', "train.momentum = 0.9 applies to sgd only"),
+    pytest.param('{"x": ' * 100_000 + "1" + "}" * 100_000, "nested too deeply", id="100000-levels"),
+], ids=lambda v: v[-40:] if isinstance(v, str) else None)
+def test_json_configs_are_strict(tmp_path, text, needle):
+    (tmp_path / "c.json").write_text(text)
+    proc = layerlab("train", tmp_path / "c.json", "--epochs", "1")
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, needle)
+
+
+def test_data_that_cannot_fit_is_refused_before_it_is_made(tmp_path):
+    """samples = 2**32 was OOM-killed at 24 GB; 2**28 now asks more than a 24 GB host has to give."""
+    for samples, needle in ((2**32, "beyond the 32-bit range"), (2**31 - 1, "GiB, more than the")):
+        (tmp_path / "c.toml").write_text('[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", '
+                                         f'out_features = 1}}]\n[data]\ndataset = "circle"\nsamples = {samples}\n')
+        proc = layerlab("train", tmp_path / "c.toml", "--epochs", "1")
+        assert proc.returncode == 2, proc.stderr
+        one_line_error(proc, needle)
+
+
+def test_idx_files_declaring_no_items_are_refused(tmp_path):
+    import struct
+
+    for stem, dims in (("train-images-idx3-ubyte", (0, 28, 28)), ("train-labels-idx1-ubyte", (0,)),
+                       ("t10k-images-idx3-ubyte", (2, 28, 28)), ("t10k-labels-idx1-ubyte", (2,))):
+        body = bytes(int(np.prod(dims)))
+        (tmp_path / stem).write_bytes(bytes([0, 0, 8, len(dims)]) + struct.pack(f">{len(dims)}I", *dims) + body)
+    proc = layerlab("train", "cnn", "--data", tmp_path, "--epochs", "1")
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, "declares 0 x 28 x 28 items")
+
+
+@pytest.mark.parametrize("make,needle", [
+    (lambda p: np.save(p, np.zeros(3)), "not a readable .npz file"),
+    (lambda p: np.savez(p, **{"0.weight": np.array(["a", "b"])}), "0.weight holds <U1 values, not numbers"),
+])
+def test_init_weights_that_are_not_numeric_npz_are_refused(tmp_path, make, needle):
+    path = tmp_path / "w.npz"
+    with open(path, "wb") as fh:
+        make(fh)
+    proc = layerlab("train", *RUN, "--init-weights", path)
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, needle)

@@ -116,10 +116,19 @@ def test_memory_guard_refuses_before_allocating(monkeypatch):
     allocated = []
     real = runtime.ti.ndarray
     monkeypatch.setattr(runtime.ti, "ndarray", lambda *a, **k: allocated.append(a) or real(*a, **k))
-    with pytest.raises(ConfigError, match=r"parameters needs about \d+\.\d GiB of buffers, more than"):
+    with pytest.raises(ConfigError, match=r"layer 0 \(Linear\): its weight is 7,840,000,000, beyond the kernels' "
+                                          r"32-bit index range"):
         Sequential([{"type": "Linear", "out_features": 10**7}], [784], "mse")  # 7.8e9 parameters
     assert allocated == []
     net = Sequential.from_spec(load_config("cnn").model)
-    with pytest.raises(ConfigError, match=r"batch size 2000000 with this network needs about \d+\.\d GiB"):
+    with pytest.raises(ConfigError, match=r"batch size 2000000 times the widest layer's .* 32-bit index range"):
         net.workspace(2_000_000)
-    assert 2_000_000 not in net._workspaces
+    # Within the index range but not within memory (1 GiB, as if the machine had no more).
+    monkeypatch.setattr(runtime, "memory_available", lambda: (2**30, "host memory"))
+    allocated.clear()  # (the cnn's own buffers)
+    with pytest.raises(ConfigError, match=r"parameters needs about \d+\.\d GiB of buffers, more than"):
+        Sequential([{"type": "Linear", "out_features": 10**5}], [784], "mse")  # 7.8e7 parameters, 1.5 GiB
+    assert allocated == []
+    with pytest.raises(ConfigError, match=r"batch size 20000 with this network needs about \d+\.\d GiB"):
+        net.workspace(20_000)
+    assert 2_000_000 not in net._workspaces and 20_000 not in net._workspaces

@@ -122,6 +122,8 @@ class SettingsPane(Guarded, VerticalScroll):
         dataset = str(self.query_one("#dataset", Select).value)
         for fid, (section, key, kind) in NUMERIC.items():
             text = self.query_one(f"#{fid}", Input).value.strip()
+            if fid == "momentum" and train["optimizer"] != "sgd":  # adam has no momentum setting
+                continue
             if text and not (fid in SYNTHETIC_ONLY and dataset not in SYNTHETIC):
                 (data if section == "data" else train)[key] = _number(text, kind, section, key)
         if dataset == IDX_DIR:
@@ -152,6 +154,7 @@ class SettingsPane(Guarded, VerticalScroll):
         self.query_one("#path", Input).disabled = dataset != IDX_DIR
         for fid in SYNTHETIC_ONLY:
             self.query_one(f"#{fid}", Input).disabled = dataset not in SYNTHETIC
+        self.query_one("#momentum", Input).disabled = self.query_one("#optimizer", Select).value != "sgd"
         for widget in self.query(".error"):
             if widget.id != "settings-status":
                 widget.remove_class("error")

@@ -1,0 +1,247 @@
+"""The validation layer at the boundary, fuzzed: configs (TOML and JSON text), CLI argument lists, IDX headers,
+.npz and checkpoint contents, and special files. Nothing but the project's own one-line errors may escape, no
+input may hang a reader, and no declared size may make us allocate it.
+
+These are cheap (no training): at the default scale the five hypothesis tests run 10,400 examples in CI.
+"""
+import gzip
+import io
+import json
+import os
+import resource
+import struct
+import threading
+import zipfile
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nncore import checkpoint as ckpt
+from nncore import cli, data
+from nncore.config import load_config, check_run
+from nncore.errors import LayerlabError
+from nncore.fileio import read_npz
+
+PEAK_CAP = 1 << 30  # bytes of peak RSS the whole module may add: every hostile size is refused unallocated
+_peak_at_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def fuzz(n: int):
+    return settings(max_examples=n * int(os.environ.get("LAYERLAB_FUZZ_SCALE", "1")), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+def one_line(err: Exception) -> str:
+    text = str(err)
+    assert text and "\n" not in text, repr(text)
+    return text
+
+
+# -- configs -------------------------------------------------------------------------------------------------
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+                    st.text(max_size=12), st.sampled_from([0, 1, 2, 3, 28, 2**31 - 1, 2**31, 2**32, -1, 1e400]))
+KEYS = st.sampled_from(["type", "out_features", "kernel_size", "stride", "padding", "out_channels", "in_features",
+                        "init", "epochs", "batch_size", "lr", "momentum", "optimizer", "seed", "shuffle", "samples",
+                        "dataset", "path", "noise", "limit", "threads", "ranks", "input", "layers", "loss", "x"])
+LAYER_TYPES = st.sampled_from(["Linear", "ReLU", "Sigmoid", "Tanh", "Conv2D", "MaxPool2D", "Flatten", "linear", "?"])
+LAYER = st.fixed_dictionaries({"type": LAYER_TYPES}, optional={
+    "out_features": SCALARS, "kernel_size": SCALARS, "stride": SCALARS, "padding": SCALARS, "out_channels": SCALARS,
+    "init": st.sampled_from(["he", "xavier", None, 3])})
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                        st.dictionaries(KEYS, inner, max_size=4)), max_leaves=12)
+DOC = st.fixed_dictionaries({}, optional={
+    "model": st.one_of(VALUES, st.fixed_dictionaries(
+        {"layers": st.lists(LAYER, max_size=5)},
+        optional={"input": st.one_of(SCALARS, st.lists(SCALARS, max_size=4)),
+                  "loss": st.sampled_from(["cross_entropy", "bce", "mse", None, "hinge"])})),
+    "data": st.dictionaries(KEYS, SCALARS, max_size=4),
+    "train": st.dictionaries(KEYS, SCALARS, max_size=4),
+})
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v) if v == v and abs(v) != float("inf") else ("nan" if v != v else ("inf" if v > 0 else "-inf"))
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v if x is not None) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items() if x is not None) + "}"
+    return '""'
+
+
+def _toml(doc: dict) -> str:
+    out = []
+    for table, body in doc.items():
+        if isinstance(body, dict):
+            out.append(f"[{table}]")
+            out += [f"{k} = {_toml_value(v)}" for k, v in body.items() if v is not None]
+        else:
+            out.insert(0, f"{table} = {_toml_value(body)}")
+    return "\n".join(out) + "\n"
+
+
+def _check_config(path) -> None:
+    try:
+        check_run(load_config(path))
+    except LayerlabError as err:
+        one_line(err)
+
+
+@fuzz(3000)
+@given(doc=DOC, as_json=st.booleans(), noise=st.binary(max_size=6), cut=st.integers(0, 400))
+def test_random_configs_are_accepted_or_refused_in_one_line(tmp_path_factory, doc, as_json, noise, cut):
+    path = tmp_path_factory.mktemp("cfg") / ("c.json" if as_json else "c.toml")
+    text = (json.dumps(doc, allow_nan=True) if as_json else _toml(doc)).encode()
+    if noise:  # a damaged file as often as a well-formed one
+        text = text[:cut] + noise + text[cut:]
+    path.write_bytes(text)
+    _check_config(path)
+
+
+# -- CLI argument lists -----------------------------------------------------------------------------------------
+FLAGS = ["--epochs", "--batch-size", "--lr", "--momentum", "--seed", "--threads", "--limit", "--timing-every",
+         "--checkpoint-every", "--optimizer", "--arch", "--dataset", "--ranks"]
+ARG_VALUES = st.one_of(st.sampled_from(["0", "1", "-1", "5", "2147483648", "1e9", "nan", "inf", "-inf", "²", "５",
+                                        " 7", "0x10", "1_000", "", "adam", "sgd", "cuda", "2e", "3steps", "٣"]),
+                       st.text(max_size=6), st.integers(-2**40, 2**40).map(str))
+
+
+@fuzz(3000)
+@given(args=st.lists(st.tuples(st.sampled_from(FLAGS), ARG_VALUES), max_size=4))
+def test_random_argument_lists_parse_or_exit_2_in_one_line(args):
+    argv = ["train", "quadrant", *[x for pair in args for x in pair]]
+    err = io.StringIO()
+    try:
+        from contextlib import redirect_stderr
+        with redirect_stderr(err):
+            parsed = cli._parser().parse_args(argv)
+    except SystemExit as exc:
+        assert exc.code == 2 and len(err.getvalue().strip().splitlines()) == 1, err.getvalue()
+        return
+    try:
+        cfg = cli._config(parsed)
+        check_run(cfg)
+        if parsed.checkpoint_every:
+            ckpt.parse_every(parsed.checkpoint_every)
+    except LayerlabError as exc:
+        one_line(exc)
+
+
+# -- IDX headers --------------------------------------------------------------------------------------------------
+@fuzz(2000)
+@given(ndim=st.sampled_from([0, 1, 2, 3, 4, 255]), dtype=st.sampled_from([8, 8, 8, 9, 0x0D]),
+       dims=st.lists(st.sampled_from([0, 1, 2, 3, 28, 60000, 2**16, 2**31, 2**32 - 1]), min_size=0, max_size=4),
+       body=st.integers(0, 64), gz=st.booleans())
+def test_idx_headers_are_checked_before_the_body_is_read(tmp_path_factory, ndim, dtype, dims, body, gz):
+    head = bytes([0, 0, dtype, ndim]) + struct.pack(f">{len(dims)}I", *dims)
+    raw = head + bytes(range(body % 256))[:body] * 1
+    path = tmp_path_factory.mktemp("idx") / ("f-idx3-ubyte.gz" if gz else "f-idx3-ubyte")
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+    try:
+        arr = data.read_idx(path)
+    except LayerlabError as err:
+        assert str(path) in one_line(err)
+        return
+    assert arr.size == body and arr.ndim in (1, 3)
+
+
+def test_a_gzip_bomb_is_refused_before_it_is_expanded(tmp_path):
+    """A 3 MB gzip expanding to 3 GiB once reached 6.4 GB of memory before it was refused."""
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    n = 3 * 2**30 // (28 * 28)
+    with gzip.open(path, "wb", compresslevel=9) as fh:  # a header declaring it, and 64 MiB of zeros
+        fh.write(bytes([0, 0, 8, 3]) + struct.pack(">3I", n, 28, 28))
+        fh.write(bytes(64 << 20))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with pytest.raises(LayerlabError) as err:
+        data.read_idx(path)
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+    assert str(path) in one_line(err.value) and grew < 256 << 20
+
+
+# -- .npz and checkpoint contents -----------------------------------------------------------------------------
+def _npy(shape, dtype: str, lie: int, body: int) -> bytes:
+    header = {"descr": dtype, "fortran_order": False, "shape": tuple(shape)}
+    text = repr(header).encode()
+    text += b" " * ((64 - (10 + len(text) + 1) % 64) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + bytes(max(0, body + lie))
+
+
+@pytest.mark.filterwarnings("ignore:Duplicate name")  # two members of one name: one more hostile case
+@fuzz(2000)
+@given(members=st.lists(st.tuples(st.sampled_from(["order", "meta", "opt/velocity", "opt/steps", "weights/0.weight",
+                                                   "x"]),
+                                  st.lists(st.sampled_from([0, 1, 3, 7, 2**20, 2**42]), max_size=3),
+                                  st.sampled_from(["<f4", "<i4", "<i8", "|u1", "<U3", "|O", "|S2", "<c8"]),
+                                  st.integers(-8, 8)), max_size=4),
+       meta=st.one_of(st.none(), VALUES.map(lambda v: json.dumps(v, allow_nan=True))))
+def test_npz_and_checkpoint_contents_are_checked_before_use(tmp_path_factory, members, meta):
+    path = tmp_path_factory.mktemp("npz") / "c.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, shape, dtype, lie in members:
+            size = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize if dtype != "|O" else 8
+            zf.writestr(name + ".npy", _npy(shape, dtype, lie, min(size, 4096)))
+        if meta is not None:
+            zf.writestr("meta.npy", _npy([len(meta.encode())], "|u1", 0, 0) + meta.encode())
+    try:
+        read_npz(path)
+        ckpt.load(path)
+    except LayerlabError as err:
+        assert str(path) in one_line(err)
+
+
+# -- special files ------------------------------------------------------------------------------------------------
+def _special(tmp_path, kind):
+    if kind == "fifo":
+        p = tmp_path / "fifo"
+        os.mkfifo(p)
+        return p
+    if kind == "link-to-fifo":
+        os.mkfifo(tmp_path / "f")
+        (tmp_path / "link").symlink_to(tmp_path / "f")
+        return tmp_path / "link"
+    if kind == "dir":
+        return tmp_path
+    return kind  # a device
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-to-fifo", "dir", "/dev/zero", "/dev/urandom", "/dev/null"])
+@pytest.mark.parametrize("reader", ["config", "idx", "npz", "idx-dir"])
+def test_special_files_are_refused_at_once(tmp_path, kind, reader):
+    """A FIFO once blocked for ever; /dev/urandom as a config grew memory at 200 MB/s."""
+    target = _special(tmp_path, kind)
+    if reader == "idx-dir":
+        if kind == "dir" or str(target).startswith("/dev"):
+            pytest.skip("a directory of IDX files holding a special file is the case here, not a device as the dir")
+        (tmp_path / "d").mkdir()
+        os.symlink(target, tmp_path / "d" / "train-images-idx3-ubyte")
+    call = {"config": lambda: check_run(load_config(target)), "idx": lambda: data.read_idx(target),
+            "npz": lambda: read_npz(target), "idx-dir": lambda: data.load_idx_dir(tmp_path / "d")}[reader]
+    outcome = []
+
+    def attempt():
+        try:
+            call()
+            outcome.append("accepted")
+        except LayerlabError as err:
+            outcome.append(one_line(err))
+        except BaseException as err:  # noqa: BLE001 (reported below)
+            outcome.append(err)
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), f"{reader} blocked on {kind}"
+    assert outcome and isinstance(outcome[0], str) and outcome[0] != "accepted", outcome
+
+
+def test_the_module_stayed_within_its_memory_cap():
+    """Runs last in this file (pytest keeps file order): the peak RSS the hostile sizes above could add."""
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - _peak_at_start
+    assert grew < PEAK_CAP, f"peak RSS grew {grew / 2**20:.0f} MiB"
