@@ -6,6 +6,7 @@ import sys
 
 from . import bench
 from .errors import ConfigError, LayerlabError
+from .fileio import check_output, write_or_rescue
 from .limits import ascii_int
 
 
@@ -25,6 +26,8 @@ def _check(args) -> tuple[list[str], list[int]]:
     for name in ("steps", "repeats", "warmup"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name} {getattr(args, name)} must be >= 1")
+    if args.json not in (None, "-"):
+        check_output(args.json, "--json")  # before the benchmark, not found unwritable after it
     return names, _ints(args.batch, "batch")
 
 
@@ -74,6 +77,9 @@ def run_bench(args) -> int:
         if args.json == "-":
             print(doc)
         else:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                fh.write(doc + "\n")
+            try:
+                write_or_rescue(args.json, lambda fh: fh.write((doc + "\n").encode()), "the results")
+            except LayerlabError as exc:
+                print(f"layerlab: error: {exc}", file=sys.stderr)
+                return exc.exit_code
     return 0

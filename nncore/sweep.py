@@ -6,11 +6,14 @@ The grid is archs x thread counts (CPU) x batch sizes x filter counts; every poi
 from __future__ import annotations
 
 import csv
+import io
 import json
 import sys
 from pathlib import Path
 
 from . import analysis, bench
+from .fileio import write_or_rescue
+
 
 COLUMNS = ["arch", "threads", "batch", "filters", "samples_per_s", "ms_per_step", "epoch_s", "gflops", "speedup",
            "efficiency", "karp_flatt", "launches"]
@@ -91,14 +94,16 @@ def run_sweep(model: dict, archs: list[str], batches: list[int], filters: list, 
 
 
 def write_results(points, out_dir: Path, extra: dict) -> None:
+    """sweep.csv and sweep.json in ``out_dir``, each written atomically (saved elsewhere, and named, if not)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / "sweep.csv", "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
-        w.writeheader()
-        for p in points:
-            w.writerow(p.to_dict())
-    doc = {**extra, "points": [p.to_dict() for p in points]}
-    (out_dir / "sweep.json").write_text(json.dumps(doc, indent=1, default=str) + "\n", encoding="utf-8")
+    table = io.StringIO()
+    w = csv.DictWriter(table, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for p in points:
+        w.writerow(p.to_dict())
+    doc = json.dumps({**extra, "points": [p.to_dict() for p in points]}, indent=1, default=str) + "\n"
+    write_or_rescue(out_dir / "sweep.csv", lambda fh: fh.write(table.getvalue().encode()), "the sweep table")
+    write_or_rescue(out_dir / "sweep.json", lambda fh: fh.write(doc.encode()), "the sweep results")
 
 
 def _fmt(v, spec):

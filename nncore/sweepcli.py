@@ -6,6 +6,7 @@ from pathlib import Path
 
 from . import analysis, runtime, sweep
 from .benchcli import _ints
+from .fileio import check_output
 from .config import load_config
 from .errors import BackendUnavailable, ConfigError, LayerlabError
 
@@ -32,6 +33,12 @@ def run_sweep_cli(args) -> int:
         for name in ("steps", "repeats", "warmup"):
             if getattr(args, name) < 1:
                 raise ConfigError(f"--{name} {getattr(args, name)} must be >= 1")
+        out = Path(args.out)
+        try:  # the output directory made (or found writable) before the sweep, not after it
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--out {args.out}: cannot make the directory ({exc.strerror or exc})") from None
+        check_output(out / "sweep.json", "--out")
         model = cfg.model
         if "input" not in model:
             raise ConfigError(f"{cfg.source}: sweeps need model.input")
@@ -49,10 +56,13 @@ def run_sweep_cli(args) -> int:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
     sweep.report(points, amdahl)
-    out = Path(args.out)
     extra = {"config": str(cfg.source), "args": {k: v for k, v in vars(args).items() if k != "command"},
              "amdahl": None if amdahl is None else amdahl.__dict__}
-    sweep.write_results(points, out, extra)
+    try:
+        sweep.write_results(points, out, extra)
+    except LayerlabError as exc:
+        print(f"layerlab: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     print(f"\nwrote {out / 'sweep.csv'} and {out / 'sweep.json'}")
     return 0
 

@@ -276,3 +276,15 @@ def test_init_weights_that_are_not_numeric_npz_are_refused(tmp_path, make, needl
     proc = layerlab("train", *RUN, "--init-weights", path)
     assert proc.returncode == 2, proc.stderr
     one_line_error(proc, needle)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["bench", "--json", "/proc/layerlab.json", "--workloads", "net-1h", "--batch", "64", "--no-torch"],
+     "--json /proc/layerlab.json: cannot write in /proc"),
+    (["sweep", "quadrant", "--out", "/proc/layerlab-sweep"], "--out /proc/layerlab-sweep: cannot make the directory"),
+])
+def test_bench_and_sweep_outputs_are_checked_before_the_work(args, needle):
+    proc = layerlab(*args)
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, needle)
+    assert "samples/s" not in proc.stdout  # refused before anything was measured
