@@ -7,6 +7,7 @@ escape a handler: :mod:`tui.guard`.
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -115,9 +116,10 @@ class LayerlabApp(GuardedApp):
         self.query_one(ModelPane).set_data(event.data, event.data_error)
         self._update_controls()
 
-    def _ask_path(self, title: str, name: str, suffixes: tuple[str, ...], then, must_exist: bool = False) -> None:
-        value = str(self.save_dir / name) if name else ""
-        self.open_dialog(PathScreen(title, value, must_exist, suffixes, make_dir=self.save_dir),
+    def _ask_path(self, title: str, name: str, suffixes: tuple[str, ...], then, must_exist: bool = False,
+                  check=None) -> None:
+        value = str(self.save_dir / name) if name else str(self.save_dir) + os.sep
+        self.open_dialog(PathScreen(title, value, must_exist, suffixes, make_dir=self.save_dir, check=check),
                          lambda path: path and then(Path(path)))
 
     def _write(self, path: Path, text: str, what: str) -> None:
@@ -141,7 +143,15 @@ class LayerlabApp(GuardedApp):
                        lambda p: self._write(p, self.draft.to_toml(data, train), "config"))
 
     def action_open_config(self) -> None:
-        self._ask_path("Open a config file", "", (), lambda p: self.open_config(str(p)), must_exist=True)
+        def refused(path: Path) -> str | None:  # answered in the prompt, which stays open
+            try:
+                check_run(load_config(path))
+            except LayerlabError as err:
+                return str(err)
+            return None
+
+        self._ask_path("Open a config file", "", (), lambda p: self.open_config(str(p)), must_exist=True,
+                       check=refused)
 
     def action_export(self) -> None:
         if not self.runs:
@@ -264,13 +274,13 @@ class LayerlabApp(GuardedApp):
         elif kind == "boundary":
             pane.query_one("#boundary").show(msg)
         elif kind == "run_finished":
-            if msg["samples_per_s"] is not None:
-                run.samples_per_s = msg["samples_per_s"]
-            acc = "no evaluation yet" if msg["test_acc"] is None else f"test accuracy {msg['test_acc']:.4f}"
+            if run.samples_per_s is None and msg["samples_per_s"] is not None:  # no epoch completed: the
+                run.samples_per_s = msg["samples_per_s"]  # trainer's own rate is all there is
+            acc = "no evaluation" if msg["test_acc"] is None else f"test acc {msg['test_acc']:.4f}"
             self._end_run("stopped" if msg["stopped"] else "finished",
-                          f"run {'stopped' if msg['stopped'] else 'finished'}: {acc}", steps=msg["steps"])
+                          f"{'stopped' if msg['stopped'] else 'finished'}: {acc}", steps=msg["steps"])
         elif kind == "run_failed":
-            self._end_run("failed", f"run failed: {msg['error']}", error=True, steps=msg.get("step", 0))
+            self._end_run("failed", f"failed: {msg['error']}", error=True, steps=msg.get("step", 0))
 
     def _end_run(self, status: str, text: str, error: bool = False, steps: int = 0) -> None:
         if self.current is not None:
@@ -279,7 +289,7 @@ class LayerlabApp(GuardedApp):
             self.handle.send("stop")
             self.retiring.append((self.handle, time.monotonic() + 5.0))
         self.handle, self.current, self.paused = None, None, False
-        self.query_one(TrainPane).on_end(steps)
+        self.query_one(TrainPane).on_end(steps, text)
         self.notify(text, severity="error" if error or status == "died" else "information", timeout=10, markup=False)
         self._show_runs()
         self._update_controls(text)
@@ -361,7 +371,7 @@ class LayerlabApp(GuardedApp):
     def action_cycle_backend(self) -> None:
         settings = self.query_one(SettingsPane)
         chosen = settings.set_arch(self._next_arch(settings.arch()))
-        self.notify(f"backend: {chosen}", markup=False)
+        self.notify(f"backend{' for the next run' if self.handle is not None else ''}: {chosen}", markup=False)
 
     # -- keys, focus and the controls ---------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple) -> bool | None:
@@ -444,7 +454,13 @@ class LayerlabApp(GuardedApp):
         self.open_dialog(HelpScreen())
 
     def get_system_commands(self, screen):
-        yield from super().get_system_commands(screen)
+        # Textual's own Keys panel (the help screen shows every key), and its Quit and Screenshot, are replaced:
+        # quitting stops a run cleanly first; screenshots go where saves go.
+        for command in super().get_system_commands(screen):
+            if command.title not in ("Keys", "Quit", "Screenshot"):
+                yield command
+        yield SystemCommand("Quit", "Quit the app (a run is stopped cleanly first)", self.action_quit)
+        yield SystemCommand("Screenshot", f"Save an SVG of the screen in {self.save_dir}", self._screenshot)
         for key in APP_KEYS:
             if key.action in ("leave_field", "quit"):
                 continue
@@ -462,6 +478,16 @@ class LayerlabApp(GuardedApp):
             if status.available:
                 yield SystemCommand(f"Backend: {name}", f"Train on {name}",
                                     lambda n=name: self.query_one(SettingsPane).set_arch(n))
+
+    def _screenshot(self) -> None:
+        try:
+            self.save_dir.mkdir(parents=True, exist_ok=True)
+            path = self.save_screenshot(path=str(self.save_dir))
+        except OSError as err:
+            self.notify(f"screenshot not saved in {self.save_dir}: {err.strerror or err}", severity="error",
+                        markup=False)
+            return
+        self.notify(f"screenshot written to {path}", timeout=10, markup=False)
 
     async def action_quit(self) -> None:
         if self.sweeper is not None:

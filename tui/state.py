@@ -71,6 +71,8 @@ def parse_param(param: Param, text: str):
     pair = _PAIR.fullmatch(text) if param.kind == "pair" else None
     if pair:
         return [int(pair[1]), int(pair[2])]
+    if re.fullmatch(r"-[0-9]+", text):  # a whole number, but below every parameter's minimum
+        raise ValueError(f"{param.name} {text} must be >= {0 if param.name == 'padding' else 1}")
     shape = "an integer or a pair like 3x2" if param.kind == "pair" else "a whole number"
     raise ValueError(f"{param.name} {text!r} must be {shape}")
 

@@ -11,6 +11,7 @@ from tests.tui.conftest import scripted_run, screen_text, wait_for
 from tui.app import LayerlabApp
 from tui.panes.model import ParamInput
 from tui.screens.pick import PickScreen
+from tui.screens.path import PathScreen
 
 SIZE = (100, 32)
 NO_DATA = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type="Linear", out_features=8}, {type="ReLU"}, ' \
@@ -86,8 +87,15 @@ async def test_configs_open_as_the_cli_decides(fixed_env, tmp_path, capsys, text
                 assert app.draft.name == "c" and [x["type"] for x in app.draft.layers] == ["Linear", "ReLU", "Linear"]
                 assert app.query_one("#dataset", Select).value == "quadrant"
                 await wait_for(pilot, lambda: not app.query_one("#start", Button).disabled, 10)
+            elif how == "ctrl+o":  # refused in the prompt, which stays open: the next keys are typed there
+                assert app.draft.name == "cnn" and isinstance(app.screen, PathScreen)
+                assert str(app.screen.query_one("#path-hint").render()) == f"✗ {refused.value}"
+                await pilot.press("q")
+                assert app.is_running and app.screen.query_one("#path-input", Input).value.endswith("q")
+                await pilot.press("escape")
+                assert not isinstance(app.screen, PathScreen) and app.draft.name == "cnn"
             else:
-                assert app.draft.name == ("quadrant" if how == "argument" else "cnn")  # what it had
+                assert app.draft.name == "quadrant"  # what it had
                 assert f"not opened: {refused.value}" in said(app)
             assert app.is_running
 
@@ -287,7 +295,7 @@ async def test_paused_time_is_not_counted(fixed_env, fake_runs):
         await pilot.press("p")
         clock[0] = 1102.0
         app._run_message({**events[2], "step": 5})  # 5 of 10 steps in 2 s of training: 2 s left
-        assert "ETA 2s" in str(app.query_one("#progress-label").render())
+        assert "ETA 2s" in str(app.query_one("#progress-label").render()).replace("\xa0", " ")
 
 
 async def test_a_run_stopped_before_its_first_evaluation_shows_no_accuracy(fixed_env, fake_runs):
@@ -306,7 +314,7 @@ async def test_a_run_stopped_before_its_first_evaluation_shows_no_accuracy(fixed
         finally:
             tui.app.RunHandle = original
         assert app.runs[0].test_acc is None and app.runs[0].status == "stopped"
-        assert "no evaluation yet" in str(app.query_one("#run-state").render())
+        assert "stopped: no evaluation" in str(app.query_one("#run-state").render())
         await pilot.press("4")
         row = [str(c) for c in app.query_one("#runs-table").get_row_at(0)]
         assert row[4] == "—" and row[2] == "4,800"  # test acc, samples/s
@@ -381,3 +389,69 @@ async def test_an_exception_in_a_handler_is_reported_not_fatal(fixed_env, app_ho
         await pilot.press("1")  # and it still answers
         assert app.query_one("#tabs").active == "model"
         app.errors_expected = True
+
+
+async def test_the_runs_rate_keeps_its_meaning_when_the_run_ends(fixed_env, fake_runs):
+    """The Runs table's samples/s leaves step 1 out; the trainer's final figure (step 1 in) must not replace it."""
+    from nncore import events as ev
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        import tui.app
+
+        original = tui.app.RunHandle
+        start = scripted_run()[0]
+        epoch = ev.EpochEnd(1, 50, 0.5, 0.5, 0.9, 1000.0, 1.6, first_step_s=1.2).to_dict()  # 1,600 samples in 1.6 s
+        end = ev.RunFinished(1, 50, 0.5, 0.9, 0.9, 1.7, 1000.0, False).to_dict()
+        tui.app.RunHandle = lambda cfg, target=None: original(cfg, events=[start, epoch, end])
+        try:
+            await pilot.press("s")
+            await wait_for(pilot, lambda: app.handle is None)
+        finally:
+            tui.app.RunHandle = original
+        run = app.runs[0]
+        assert run.samples_per_s == pytest.approx((1600 - 32) / 0.4) and run.s_per_epoch == pytest.approx(0.4)
+        assert "finished: test acc 0.9000" in str(app.query_one("#progress-label").render())
+
+
+async def test_the_editor_follows_a_moved_layer(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("down", "down", "shift+up")
+        await pilot.pause()
+        labels = [str(label.render()) for label in app.query("#layer-editor .layer-index")]
+        assert labels == ["layer 1"] and app.draft.layers[1]["type"] == "Linear"
+
+
+async def test_a_negative_parameter_is_refused_for_what_it_is(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("enter")
+        field = focused_param(app, "out_features")
+        field.value = ""
+        await type_keys(pilot, list("-1"))
+        assert "out_features -1 must be >= 1" in str(app.query_one("#model-status").render())
+
+
+async def test_a_refused_sweep_field_clears_when_fixed(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("5")
+        steps = app.query_one("#sweep-steps", Input)
+        steps.focus()
+        steps.value = "abc"
+        await pilot.press("enter")
+        assert str(app.query_one("#sweep-status").render()).startswith("✗")
+        steps.value = ""
+        await type_keys(pilot, ["5"])
+        assert not steps.has_class("error") and not str(app.query_one("#sweep-status").render()).startswith("✗")
+        assert app.sweeper is None  # fixing a field does not start the sweep
+
+
+async def test_the_palette_offers_our_quit_and_help_not_textuals(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        commands = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert "Keys" not in commands and "stopped cleanly" in commands["Quit"]
+        assert str(app.save_dir) in commands["Screenshot"]

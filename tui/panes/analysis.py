@@ -114,6 +114,20 @@ class AnalysisPane(Guarded, Vertical):
     def on_input_submitted(self) -> None:
         self.app.action_sweep()
 
+    def on_input_changed(self) -> None:
+        """A refused field is checked again as it is edited, so its mark goes when it is fixed."""
+        status = self.query_one("#sweep-status", Static)
+        if not str(status.render()).startswith("✗"):
+            return
+        try:
+            self.job()
+        except ConfigError as err:
+            self.refuse(err)
+            return
+        for field in self.query(Input):
+            field.remove_class("error")
+        status.update("enter in a field or w runs the sweep")
+
     def on_mount(self) -> None:
         self.query_one("#sweep-table", DataTable).add_columns(
             "arch", "thr", "batch", "filters", "samples/s", "ms/step", "GFLOP/s", "speedup", "effic.", "K-F e")

@@ -198,6 +198,8 @@ class ModelPane(Guarded, Vertical):
         i = self.selected()
         layer = self.draft.layers[i] if i >= 0 else None
         if layer is self.editing and (layer is None or getattr(self, "_editing_type", None) == layer["type"]):
+            for label in self.query("#layer-editor .layer-index").results(Label):  # the layer moved: renumber
+                label.update(f"layer {i}")
             return
         self.editing, self._editing_type = layer, layer["type"] if layer else None
         editor = self.query_one("#layer-editor", Grid)
@@ -206,7 +208,7 @@ class ModelPane(Guarded, Vertical):
             self.fields = []
             editor.mount(Label("no layers: press a to add one", classes="hint"))
             return
-        widgets = [Label(f"layer {i}", classes="field-label"), TypeSelect(layer)]
+        widgets = [Label(f"layer {i}", classes="field-label layer-index"), TypeSelect(layer)]
         for param in layer_params(layer["type"]):
             widgets.append(Label(param.name, classes="field-label"))
             if param.kind == "init":

@@ -40,6 +40,7 @@ def _curve_label(name: str, values: list[float], first: float | None = None, low
 
 
 class TrainPane(Guarded, Vertical):
+    progress_parts: tuple[str, ...] | list[str] = ()  # what the progress line last said, part by part
     def compose(self) -> ComposeResult:
         with Horizontal(id="controls"):
             yield Button("Start (s)", id="start", variant="success", compact=True)
@@ -74,6 +75,7 @@ class TrainPane(Guarded, Vertical):
         self.query_one("#accuracy", Static).update("test acc — (after the first epoch)")
         self.query_one("#progress", ProgressBar).update(total=steps_total, progress=0)
         self.query_one("#progress-label", Static).update("")
+        self.progress_parts: list[str] = []
         self.query_one("#boundary", BoundaryPlot).clear()
         self.query_one("#boundary").display = boundary
         self.query_one("#timings", TimingBars).clear()
@@ -100,9 +102,9 @@ class TrainPane(Guarded, Vertical):
         self.query_one("#progress", ProgressBar).update(total=steps_total, progress=msg["step"])
         left = (steps_total - msg["step"]) * active_s / max(msg["step"], 1)
         comm = f" · comm {100 * msg['comm_share']:.0f}%" if msg.get("comm_share") is not None else ""
-        self.query_one("#progress-label", Static).update(
-            f"epoch {msg['epoch']}/{epochs} · step {msg['step']:,}/{steps_total:,} · "
-            f"{msg['samples_per_s']:,.0f} samples/s this epoch{comm} · ETA {fmt_duration(left)}")
+        parts = [f"epoch {msg['epoch']}/{epochs}", f"step {msg['step']:,}/{steps_total:,}",
+                 f"{msg['samples_per_s']:,.0f} samples/s this epoch{comm}", f"ETA {fmt_duration(left)}"]
+        self._show_parts(parts)
 
     def on_epoch(self, msg: dict) -> None:
         self.test_losses = self.test_losses + [msg["test_loss"] if msg["test_loss"] is not None else float("nan")]
@@ -119,8 +121,26 @@ class TrainPane(Guarded, Vertical):
             self.query_one("#rank-times", RankBars).show(msg["ranks"], msg.get("comm_share"))
         self.query_one("#progress", ProgressBar).update(progress=msg["steps"])
 
-    def on_end(self, steps_done: int) -> None:
-        """The run ended: the bar stops where it got to (never pulsing on after it)."""
+    def _show_parts(self, parts: list[str]) -> None:
+        """The progress line's parts joined by " · ", broken between parts (never inside "ETA 1h 23m") where
+        the terminal is too narrow for one line."""
+        self.progress_parts = parts
+        label = self.query_one("#progress-label", Static)
+        width = label.content_size.width or 78
+        lines = [""]
+        for part in parts:
+            joined = f"{lines[-1]} · {part}" if lines[-1] else part
+            if len(joined) > width and lines[-1]:
+                lines.append(part)
+            else:
+                lines[-1] = joined
+        label.update("\n".join(lines))
+
+    def on_end(self, steps_done: int, outcome: str = "") -> None:
+        """The run ended: the bar stops where it got to (never pulsing on after it), and the progress line says
+        how it ended in full (the status beside the buttons may be cut short on a narrow terminal)."""
+        if outcome:  # the outcome, then where the run got to (no ETA: nothing is left to wait for)
+            self._show_parts([outcome, *[p for p in self.progress_parts if not p.startswith("ETA")]])
         bar = self.query_one("#progress", ProgressBar)
         if bar.total is None:
             bar.update(total=max(steps_done, 1), progress=steps_done)

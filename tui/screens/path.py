@@ -35,10 +35,11 @@ class PathScreen(Guarded, ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="cancel_path")]
 
     def __init__(self, title: str, value: str = "", must_exist: bool = False, suffixes: tuple[str, ...] = (),
-                 make_dir: Path | None = None) -> None:
+                 make_dir: Path | None = None, check=None) -> None:
+        """``check(path)``: a further reason to refuse the path (a config that does not open), or None."""
         super().__init__()
         self.title_text, self.value, self.must_exist = title, value, must_exist
-        self.suffixes, self.make_dir = suffixes, make_dir
+        self.suffixes, self.make_dir, self.check = suffixes, make_dir, check
 
     def compose(self) -> ComposeResult:
         with Vertical(id="path-box", classes="dialog"):
@@ -59,6 +60,8 @@ class PathScreen(Guarded, ModalScreen[str | None]):
             return
         path = Path(os.path.abspath(Path(text).expanduser()))
         problem = problem_with(path, self.must_exist, self.suffixes, self.make_dir)
+        if problem is None and self.check is not None:
+            problem = self.check(path)
         if problem:  # answered in place; the prompt stays open
             self._say(problem)
             return
