@@ -6,7 +6,9 @@ is mean squared error against the label (one output) or its one-hot row (PyTorch
 """
 from __future__ import annotations
 
-from .errors import ConfigError
+import numpy as np
+
+from .errors import ConfigError, DataError
 from .kernels import loss as K
 
 LOSSES = {  # loss name -> its kernel in kernels/loss.py
@@ -49,6 +51,22 @@ class Loss:
         if n_classes != self.n_classes:
             raise ConfigError(f"loss {self.name}: the network has {self.outputs} output(s), fit for "
                               f"{self.n_classes} classes, but the {where} has {n_classes}")
+
+    def check_labels(self, labels, where: str = "labels") -> None:
+        """Raise DataError unless every label is an integer in [0, n_classes): the kernels index by them."""
+        y = np.asarray(labels)
+        if y.size == 0:
+            return
+        if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.bool_)):
+            bad = ~np.isfinite(y) | (y != np.round(y)) if np.issubdtype(y.dtype, np.floating) else None
+            if bad is None or bad.any():
+                what = f"label {y.ravel()[np.argmax(bad.ravel())].item()}" if bad is not None else f"dtype {y.dtype}"
+                raise DataError(f"{where}: {what} is not a class index (an integer in [0, {self.n_classes}))")
+        lo, hi = y.min(), y.max()
+        if lo < 0 or hi >= self.n_classes:
+            i = int(np.argmax(((y < 0) | (y >= self.n_classes)).ravel()))
+            raise DataError(f"{where}: label {y.ravel()[i].item()} (sample {i}) is outside the {self.n_classes} "
+                            f"classes [0, {self.n_classes}) of loss {self.name}")
 
     def forward_backward(self, losses, dlogits, logits, labels) -> None:
         getattr(K, LOSSES[self.name])(losses, dlogits, logits, labels)

@@ -28,6 +28,21 @@ from .runtime import ti
 
 
 
+def _weights_f32(value, where: str) -> np.ndarray:
+    """A tensor of weights as flat float32; DataError for strings and the like, NaN, inf or values past f32's
+    range (training from those fails later with a misleading "non-finite loss")."""
+    arr = np.asarray(value)
+    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+            or arr.dtype == np.bool_):
+        raise DataError(f"{where} holds {arr.dtype} values, not real numbers")
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(np.float32).ravel()
+    if not np.isfinite(out).all():
+        beyond = np.isfinite(arr).all()
+        raise DataError(f"{where} holds " + ("values beyond float32's range" if beyond else "NaN or inf"))
+    return out
+
+
 def _build_layer(index: int, raw, in_shape: tuple[int, ...]) -> Layer:
     if not isinstance(raw, dict):
         raise ConfigError(f"layer {index}: expected a table such as {{type = \"Linear\", out_features = 10}}, "
@@ -161,6 +176,7 @@ class Workspace:
             self.scratch[part.first] = {k: _buffer(dt, s) for k, (dt, s)
                                         in part.scratch_shapes(batch, net.need_dinp[part.first]).items()}
         self.labels = ti.ndarray(ti.i32, shape=(batch,))
+        self.loss = net.loss  # to check labels that come in through ``load``
         self.losses = ti.ndarray(ti.f32, shape=(batch,))
         self.loss_out = ti.ndarray(ti.f32, shape=(1,))
         self.correct = ti.ndarray(ti.i32, shape=(1,))
@@ -177,6 +193,8 @@ class Workspace:
         """Copy a host batch in (tests, interop); training gathers batches on the device instead."""
         self.acts[0].from_numpy(np.ascontiguousarray(x, np.float32).reshape(self.batch, -1))
         if y is not None:
+            if self.loss is not None:
+                self.loss.check_labels(y)  # out-of-range labels would make the loss kernels read out of bounds
             self.labels.from_numpy(np.ascontiguousarray(y, np.int32))
 
     def loss_value(self) -> float:
@@ -426,7 +444,7 @@ class Sequential:
         for i, layer in enumerate(self.layers):
             for name, shape in layer.param_shapes().items():
                 off = layer.offsets[name]
-                flat[off:off + int(math.prod(shape))] = np.asarray(state[f"{i}.{name}"], np.float32).ravel()
+                flat[off:off + int(math.prod(shape))] = _weights_f32(state[f"{i}.{name}"], f"{source}: {i}.{name}")
         self.params.from_numpy(flat)
 
     def save_weights(self, path) -> None:

@@ -1,5 +1,8 @@
 """Element-wise activations. Backward uses the forward output (ReLU: out > 0; sigmoid: s(1-s); tanh: 1-t^2).
 
+NaN propagates as in PyTorch: relu(NaN) = NaN, and ReLU's backward passes the gradient where out is NaN
+(PyTorch's threshold_backward zeroes only where out <= 0).
+
 Every kernel walks its (B, N) arrays, row after row, in runs of ``chunk`` elements per task (see
 ``kernels.chunk``): a run may cross rows, so narrow layers (10 outputs) still make long runs.
 """
@@ -7,6 +10,19 @@ import taichi as ti
 
 from .. import runtime
 from . import F2, n_elems, sized
+
+
+@ti.func
+def is_nan(x):
+    # On the bits: Taichi folds x != x to false, and fast math (CUDA) lets LLVM assume x == x.
+    return (ti.bit_cast(x, ti.i32) & 0x7FFFFFFF) > 0x7F800000
+
+
+@ti.func
+def relu(x):
+    # max(x, 0) keeping NaN (ti.max is LLVM's maxnum, which drops it), on the bits so fast math cannot fold the
+    # test: as i32, every negative float (-0 and -inf too) is <= -inf's bits 0xFF800000; a negative NaN is above.
+    return ti.select(ti.bit_cast(x, ti.i32) <= -8388608, 0.0, x)
 
 
 @sized(lambda a, *_: 3 * n_elems(a))
@@ -18,7 +34,7 @@ def relu_forward(out: F2, inp: F2, chunk: ti.i32):
     for t in range((total + chunk - 1) // chunk):
         b, j = (t * chunk) // n, (t * chunk) % n
         for _ in range(ti.min(chunk, total - t * chunk)):
-            out[b, j] = ti.max(inp[b, j], 0.0)
+            out[b, j] = relu(inp[b, j])
             j += 1
             if j == n:
                 b, j = b + 1, 0
@@ -33,7 +49,7 @@ def relu_backward(dinp: F2, dout: F2, out: F2, chunk: ti.i32):
     for t in range((total + chunk - 1) // chunk):
         b, j = (t * chunk) // n, (t * chunk) % n
         for _ in range(ti.min(chunk, total - t * chunk)):
-            dinp[b, j] = dout[b, j] if out[b, j] > 0.0 else 0.0
+            dinp[b, j] = 0.0 if out[b, j] <= 0.0 else dout[b, j]
             j += 1
             if j == n:
                 b, j = b + 1, 0

@@ -95,13 +95,16 @@ def conv_relu_pool_forward_cl(out: F2, argmax: VIA3, xp: F2, wv: VA2, n_oc: ti.i
                             iy, ix = (py * qsh + dy) * sh + ky, (px * qsw + dx) * sw + kx
                             acc[dy * qw + dx] += xp[b, (c * hp + iy) * wp + ix] * wv[(c * kh + ky) * kw + kx, ob]
                 # ReLU, then the first strictly larger value wins, as in maxpool2d_forward; a window whose best
-                # is 0 keeps -1.
+                # is 0 keeps -1. A NaN wins too (the last one, as maxpool2d_forward), so NaN propagates.
                 best, win = V(0.0), VI(-1)
                 first = (ob * L + lanes) * (oh_n * ow_n)  # each lane's channel's first conv position
                 for dy, dx in ti.static(ti.ndrange(qh, qw)):
                     v = acc[dy * qw + dx]
-                    win = ti.select(v > best, first + (py * qsh + dy) * ow_n + px * qsw + dx, win)
-                    best = ti.max(best, v)
+                    # NaN test on the bits: Taichi folds v != v to false.
+                    bits = VI([ti.bit_cast(v[l], ti.i32) & 0x7FFFFFFF for l in ti.static(range(L))])
+                    take = (v > best) | (bits > 0x7F800000)
+                    win = ti.select(take, first + (py * qsh + dy) * ow_n + px * qsw + dx, win)
+                    best = ti.select(take, v, best)
                 argmax[b, py * px_n + px, ob] = win
                 for l in ti.static(range(L)):
                     oc = ob * L + l

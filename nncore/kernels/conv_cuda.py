@@ -13,6 +13,7 @@ the winner's flat index in the conv output of its sample, (oc * OH + oy) * OW + 
 import taichi as ti
 
 from . import F1, F2, I2, kernel
+from .activation import is_nan, relu
 
 @ti.func
 def _pixel(inp: ti.template(), b, c, h, w, iy, ix):
@@ -53,8 +54,8 @@ def conv_relu_pool_forward(out: F2, argmax: I2, inp: F2, params: F1, w_off: ti.i
                     acc[wy * pkw + wx] += _pixel(inp, b, c, h, w, y0 + ky, x0 + kx) * wv[ky * kw + kx]
         best, best_i = -1.0, 0
         for wy, wx in ti.static(ti.ndrange(pkh, pkw)):
-            v = ti.max(acc[wy * pkw + wx], 0.0)
-            if v > best:  # strictly greater: the first of equal values wins, as in maxpool2d_forward
+            v = relu(acc[wy * pkw + wx])
+            if v > best or is_nan(v):  # strictly greater: the first of equal values wins; NaN as maxpool2d_forward
                 best, best_i = v, (oc * oh_n + py * psh + wy) * ow_n + px * psw + wx
         o = (oc * poh_n + py) * pow_n + px
         out[b, o] = best
@@ -80,8 +81,8 @@ def conv_relu_pool_dweight(dparams: F1, part: F2, dout: F2, out: F2, argmax: I2,
         for step in range((per_oc + UNROLL - 1) // UNROLL):
             for u in ti.static(range(UNROLL)):
                 q = ti.min(q0 + step * UNROLL + u, q1 - 1)  # past the end: a repeat, weighted 0 below
-                # ReLU passes the gradient only where the winner was positive.
-                g = ti.select((out[b, q] > 0.0) & (q0 + step * UNROLL + u < q1), dout[b, q], 0.0)
+                # ReLU passes the gradient only where the winner was positive (or NaN, as PyTorch).
+                g = ti.select((out[b, q] <= 0.0) | (q0 + step * UNROLL + u >= q1), 0.0, dout[b, q])
                 acc_b += g
                 p = argmax[b, q] - oc * oh_n * ow_n
                 y0, x0 = (p // ow_n) * sh - ph, (p % ow_n) * sw - pw

@@ -97,8 +97,8 @@ def _exp_neg(x):
     as integers: in floating point, fast math would fold the rounding away), scale = 2^n built in the exponent
     bits, q = e^r - 1 by its Taylor polynomial to r^6 (|r| <= ln2 / 2: relative error below 2e-7). Keeping q
     apart gives e^x - 1 without cancellation near 0 (for tanh). Below -87, where e^x leaves f32's normal
-    range, it gives e^-87, at most 2e-38 from the truth."""
-    x = ti.max(x, -87.0)
+    range, it gives e^-87, at most 2e-38 from the truth. NaN gives NaN."""
+    x = ti.select(x < -87.0, -87.0, x)  # (not ti.max, which turns NaN into -87: NaN must come out NaN)
     big = x * 1.4426950408889634 + 12582912.0
     n_i = VI([ti.bit_cast(big[l], ti.i32) - 0x4B400000 for l in ti.static(range(L))])
     n = V([ti.cast(n_i[l], ti.f32) for l in ti.static(range(L))])
@@ -112,7 +112,7 @@ def act_v(x, kind: ti.template()):
     """The activation (kind 0 none, 1 ReLU, 2 Sigmoid, 3 Tanh) of a 16-wide vector."""
     y = x
     if ti.static(kind == 1):
-        y = ti.max(x, 0.0)
+        y = ti.select(x < 0.0, 0.0, x)  # keeps NaN, unlike ti.max (CPU only: no fast math)
     elif ti.static(kind == 2):
         scale, q = _exp_neg(ti.min(x, 0.0 - x))  # (0 - x: Taichi 1.7 cannot negate an unscalarised vector here)
         e = scale + scale * q  # e^-|x|
@@ -131,7 +131,7 @@ def dz_v(d, y, kind: ti.template()):
     """The gradient at the pre-activation, d * act'(.), from the activation's output y (16-wide vectors)."""
     g = d
     if ti.static(kind == 1):
-        g = ti.select(y > 0.0, d, 0.0)
+        g = ti.select(y <= 0.0, 0.0, d)  # NaN passes, as PyTorch's threshold_backward
     elif ti.static(kind == 2):
         g = d * y * (1.0 - y)
     elif ti.static(kind == 3):

@@ -2,7 +2,7 @@
 import taichi as ti
 
 from . import F1, F2, kernel
-from .activation import sigmoid
+from .activation import relu, sigmoid
 
 
 # Linear, optionally followed by an activation in the same kernel each way (CUDA: fewer launches per step).
@@ -12,7 +12,7 @@ from .activation import sigmoid
 def _act(x, kind: ti.template()):
     y = x
     if ti.static(kind == 1):
-        y = ti.max(x, 0.0)
+        y = relu(x)  # (keeps NaN)
     elif ti.static(kind == 2):
         y = sigmoid(x)
     elif ti.static(kind == 3):
@@ -24,7 +24,7 @@ def _act(x, kind: ti.template()):
 def _dact(y, kind: ti.template()):
     d = 1.0
     if ti.static(kind == 1):
-        d = 1.0 if y > 0.0 else 0.0
+        d = 0.0 if y <= 0.0 else 1.0  # NaN passes, as PyTorch's threshold_backward
     elif ti.static(kind == 2):
         d = y * (1.0 - y)
     elif ti.static(kind == 3):

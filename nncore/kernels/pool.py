@@ -1,12 +1,14 @@
 """2-D max pooling (no padding, PyTorch's MaxPool2d floor mode) with the argmax kept for backward.
 
 Tensors are flat per sample, channel-major: inp (B, C*H*W), out and argmax (B, C*OH*OW). The argmax holds
-the flat index of the winning input within its sample; ties go to the first element in row-major order.
+the flat index of the winning input within its sample; ties go to the first element in row-major order. A NaN
+wins its window (the last NaN, as PyTorch's CPU max pooling), so NaN propagates.
 """
 import taichi as ti
 
 from .. import runtime
 from . import F2, I2, kernel
+from .activation import is_nan
 
 
 @kernel
@@ -23,7 +25,7 @@ def maxpool2d_forward(out: F2, argmax: I2, inp: F2, n_c: ti.i32, h: ti.i32, w: t
             for kx in range(kw):
                 i = (c * h + oy * sh + ky) * w + ox * sw + kx
                 v = inp[b, i]
-                if v > best:
+                if v > best or is_nan(v):
                     best = v
                     best_i = i
         o = (c * oh_n + oy) * ow_n + ox
