@@ -288,3 +288,16 @@ def test_bench_and_sweep_outputs_are_checked_before_the_work(args, needle):
     assert proc.returncode == 2, proc.stderr
     one_line_error(proc, needle)
     assert "samples/s" not in proc.stdout  # refused before anything was measured
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["train", "quadrant", "--checkpoint", "c.npz", "--checkpoint-every", "²"], "--checkpoint-every '²'"),
+    (["train", "quadrant", "--epochs", "５"], "argument --epochs: '５' must be a whole number written in digits 0-9"),
+    (["train", "quadrant", "--lr", "inf"], "argument --lr: 'inf' must be a finite number"),
+    (["lockstep", "quadrant", "--tol", "nan"], "argument --tol: 'nan' must be a finite number"),
+])
+def test_arguments_are_ascii_and_finite(tmp_path, args, needle):
+    """² once raised a ValueError traceback, ５ was taken as 5, and --tol nan was accepted."""
+    proc = layerlab(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, needle)
