@@ -72,6 +72,11 @@ def run_bench(args) -> int:
             print(f"  {r.workload} batch {r.batch}: " + ", ".join(
                 f"{t['name']} {100 * t['share']:.0f}% ({t['fwd_ms']:.2f}+{t['bwd_ms']:.2f} ms"
                 + (f", {t['gflops']:.1f} GFLOP/s)" if t["gflops"] else ")") for t in top))
+    from .cli import record_points
+
+    record_points(args, "bench", ",".join(names), [r.to_dict() for r in results],
+                  {k: v for k, v in vars(args).items() if k not in ("command", "store", "no_store")},
+                  arch=args.arch, threads=args.threads)
     if args.json:
         doc = json.dumps([r.to_dict() for r in results], indent=1)
         if args.json == "-":

@@ -74,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="FILE", help="continue a run from its checkpoint, bit-identically")
     t.add_argument("--jsonl", metavar="FILE|-", help="write the events as JSON lines ('-': stdout, instead of text)")
     t.add_argument("--quiet", action="store_true", help="print only the final summary")
+    _store_args(t)
     dist = t.add_mutually_exclusive_group()
     dist.add_argument("--distributed", action="store_true",
                       help="be one rank of a data-parallel run (start under mpiexec -n N)")
@@ -91,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=_int_arg, default=3, help="steps before timing (the first compiles)")
     b.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     b.add_argument("--json", metavar="FILE|-", help="write the results as JSON ('-': stdout, instead of text)")
+    _store_args(b)
     sw = sub.add_parser("sweep", help="scaling sweep: archs x threads x batch sizes x filters, with Amdahl")
     sw.add_argument("config")
     sw.add_argument("--archs", default="cpu-serial,cpu-parallel")
@@ -101,15 +103,83 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--repeats", type=_int_arg, default=5)
     sw.add_argument("--warmup", type=_int_arg, default=3)
     sw.add_argument("--out", metavar="DIR", default="sweep-results")
+    _store_args(sw)
     ls = sub.add_parser("lockstep", help="train on two archs in lockstep and compare losses and weights")
     ls.add_argument("config")
     ls.add_argument("--archs", default="cpu-serial,cpu-parallel")
     ls.add_argument("--steps", type=_int_arg, default=20)
     ls.add_argument("--batch-size", type=_int_arg, default=64)
     ls.add_argument("--tol", type=_float_arg, default=1e-5)
+    r = sub.add_parser("runs", help="past runs from the run store: list, show, compare, export, rm")
+    r.add_argument("--store", metavar="PATH", help="the run store (default: runs.sqlite in LAYERLAB_HOME or the "
+                                                   "user data directory)")
+    rsub = r.add_subparsers(dest="runs_command", parser_class=_Parser)
+    rl = rsub.add_parser("list", help="runs, newest first")
+    rl.add_argument("--network", help="only runs of this config name")
+    rl.add_argument("--arch", choices=["cpu-serial", "cpu-parallel", "cuda"])
+    rl.add_argument("--status", choices=["running", "finished", "stopped", "failed", "died"])
+    rl.add_argument("--since", metavar="YYYY-MM-DD", help="only runs started on or after this day")
+    rl.add_argument("--limit", type=_int_arg, default=50, help="at most N runs (default 50; 0: all)")
+    rl.add_argument("--json", action="store_true", help="JSON instead of a table")
+    rs = rsub.add_parser("show", help="one run: config, metrics per epoch, timings")
+    rs.add_argument("id", type=_int_arg)
+    rs.add_argument("--json", action="store_true")
+    rc = rsub.add_parser("compare", help="runs side by side, with speedups over the first")
+    rc.add_argument("ids", type=_int_arg, nargs="+")
+    rc.add_argument("--json", action="store_true")
+    rx = rsub.add_parser("export", help="runs with their epochs as CSV or JSON")
+    rx.add_argument("ids", type=_int_arg, nargs="*")
+    rx.add_argument("--all", action="store_true", help="every run in the store")
+    fmt = rx.add_mutually_exclusive_group(required=True)
+    fmt.add_argument("--csv", metavar="FILE|-")
+    fmt.add_argument("--json", metavar="FILE|-")
+    rm = rsub.add_parser("rm", help="delete runs")
+    rm.add_argument("ids", type=_int_arg, nargs="+")
     ui = sub.add_parser("tui", help="the terminal app (the default with no arguments)")
     ui.add_argument("config", nargs="?", help="a config to open (default: quadrant)")
     return p
+
+
+def _store_args(parser) -> None:
+    g = parser.add_mutually_exclusive_group()
+    g.add_argument("--store", metavar="PATH", help="record the run in this run store (default: runs.sqlite in "
+                                                   "LAYERLAB_HOME or the user data directory)")
+    g.add_argument("--no-store", action="store_true", help="do not record the run")
+
+
+def record_points(args, kind: str, name: str, points: list[dict], config: dict, **info) -> None:
+    """A sweep's or a benchmark's points as one finished run in the store (unless --no-store)."""
+    store = open_store(args)
+    if store is None:
+        return
+    import time
+
+    from nncore.store import StoreError
+
+    try:
+        run_id = store.begin(kind, name, config, **info)
+        store.add_points(run_id, points)
+        store.update(run_id, status="finished", ended=time.time())
+        print(f"recorded as run {run_id} in {store.path}", file=sys.stderr)
+    except (StoreError, OSError) as exc:
+        print(f"layerlab: warning: run store {store.path}: not recorded ({exc})", file=sys.stderr)
+    finally:
+        store.close()
+
+
+def open_store(args, quiet: bool = False):
+    """The run store the command records into, or None (--no-store, or a store that cannot be used: said once
+    on stderr, and the command goes on without history)."""
+    if getattr(args, "no_store", False):
+        return None
+    from nncore.store import Store, StoreError
+
+    try:
+        return Store(args.store)
+    except StoreError as exc:
+        if not quiet:
+            print(f"layerlab: warning: {exc}; going on without recording the run", file=sys.stderr)
+        return None
 
 
 def _archs() -> int:
@@ -292,6 +362,20 @@ def _train(args) -> int:
         if text is not None:
             text(event)
 
+    recorder = None
+    if root:  # rank 0 records a distributed run
+        store = open_store(args)
+        if store is not None:
+            from nncore.store import Recorder
+
+            recorder = Recorder(store, Path(cfg.source).stem, cfg.to_dict(),
+                                warn=lambda msg: print(f"layerlab: warning: {msg}", file=sys.stderr))
+    shown = emit
+    if recorder is not None:
+        def emit(event):  # noqa: F811 (the same, and recorded)
+            recorder(event)
+            shown(event)
+
     trainer.emit, trainer.should_stop = emit, (lambda: bool(interrupted))
     try:
         end = trainer.run()
@@ -343,6 +427,10 @@ def main(argv: list[str] | None = None) -> int:
             return run_sweep_cli(args) if args.command == "sweep" else run_lockstep(args)
         if args.command == "archs":
             return _archs()
+        if args.command == "runs":
+            from nncore.runscli import run_runs
+
+            return run_runs(args)
         if args.command == "train":
             ranks = _ranks_wanted(args)
             return _launch_ranks(args, argv, ranks) if ranks is not None else _train(args)

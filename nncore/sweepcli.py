@@ -58,6 +58,10 @@ def run_sweep_cli(args) -> int:
     sweep.report(points, amdahl)
     extra = {"config": str(cfg.source), "args": {k: v for k, v in vars(args).items() if k != "command"},
              "amdahl": None if amdahl is None else amdahl.__dict__}
+    from .cli import record_points
+
+    record_points(args, "sweep", Path(cfg.source).stem, [p.to_dict() for p in points],
+                  {**extra, "model": cfg.model}, arch=",".join(archs))
     try:
         sweep.write_results(points, out, extra)
     except LayerlabError as exc:

@@ -8,6 +8,10 @@ from hypothesis import settings
 
 from nncore import runtime
 
+# Runs recorded by the suite (the CLI and the app record every run) go to a store of the test session's own,
+# never to the user's.
+os.environ["LAYERLAB_HOME"] = __import__("tempfile").mkdtemp(prefix="layerlab-tests-home-")
+
 # CI runs the fuzz tests on a fixed sequence of examples, so a submission's result does not depend on luck;
 # local runs draw new examples every time (and keep failures in .hypothesis/ to replay them).
 settings.register_profile("ci", derandomize=True, database=None)

@@ -1,0 +1,166 @@
+"""`layerlab runs`: the run store from the command line (list, show, compare, export, rm), text or JSON."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+import time
+from datetime import datetime
+
+from .errors import ConfigError, LayerlabError
+from .fileio import check_output, write_or_rescue
+from .store import Store
+
+EPOCH_COLUMNS = ["run_id", "name", "arch", "threads", "ranks", "status", "epoch", "steps", "train_loss", "test_loss",
+                 "test_acc", "val_loss", "val_acc", "samples_per_s", "epoch_s"]
+
+
+def _when(t: float | None) -> str:
+    return "—" if t is None else datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
+
+
+def _num(v, spec: str) -> str:
+    return "—" if v is None else format(v, spec)
+
+
+def _since(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%d"))
+    except ValueError:
+        raise ConfigError(f"--since {text!r} must be a day as YYYY-MM-DD") from None
+
+
+def _list(store: Store, args) -> int:
+    runs = store.runs(args.network, args.arch, args.status, _since(args.since), limit=args.limit or None)
+    if args.json:
+        print(json.dumps(runs, indent=1))
+        return 0
+    if not runs:
+        print(f"no runs in {store.path}")
+        return 0
+    print(f"{'id':>5}  {'started':<16}  {'kind':<5}  {'network':<14} {'arch':<12} {'thr':>3} {'ranks':>5} "
+          f"{'status':<9} {'epochs':>6} {'test acc':>8} {'samples/s':>11}")
+    for r in runs:
+        print(f"{r['id']:>5}  {_when(r['started']):<16}  {r['kind']:<5}  {r['name'][:14]:<14} {(r['arch'] or '—')[:12]:<12} "
+              f"{_num(r['threads'], ''):>3} {r['ranks']:>5} {r['status']:<9} {r['epochs_done']:>6} "
+              f"{_num(r['test_acc'], '.4f'):>8} {_num(r['samples_per_s'], ',.0f'):>11}")
+    return 0
+
+
+def _get(store: Store, run_id: int) -> dict:
+    run = store.run(run_id)
+    if run is None:
+        raise ConfigError(f"run {run_id}: not in {store.path} (see `layerlab runs list`)")
+    return run
+
+
+def _show(store: Store, args) -> int:
+    run = _get(store, args.id)
+    if args.json:
+        print(json.dumps(run, indent=1))
+        return 0
+    print(f"run {run['id']}: {run['name']} ({run['kind']}) on {run['arch']}, {run['threads']} thread(s), "
+          f"{run['ranks']} rank(s); {run['device'] or 'device unknown'} on {run['host']}")
+    print(f"started {_when(run['started'])}, ended {_when(run['ended'])}; status {run['status']}"
+          + (f": {run['error']}" if run["error"] else ""))
+    print("config: " + json.dumps(run["config"], separators=(", ", ": ")))
+    if run["epochs"]:
+        print(f"\n{'epoch':>5} {'steps':>7} {'train loss':>10} {'test loss':>10} {'test acc':>8} {'samples/s':>11} "
+              f"{'s':>7}")
+        for e in run["epochs"]:
+            print(f"{e['epoch']:>5} {e['steps']:>7} {_num(e['train_loss'], '.4f'):>10} {_num(e['test_loss'], '.4f'):>10} "
+                  f"{_num(e['test_acc'], '.4f'):>8} {_num(e['samples_per_s'], ',.0f'):>11} {e['epoch_s']:>7.2f}")
+        last = run["epochs"][-1].get("timings") or []
+        if last:
+            print(f"\nper-part timings, epoch {run['epochs'][-1]['epoch']} (synced steps):")
+            for t in last:
+                print(f"  {t['name']:<24} fwd {t['fwd_ms']:8.3f} ms  bwd {t['bwd_ms']:8.3f} ms  {100 * t['share']:5.1f}%")
+    for p in run["points"]:
+        print("point: " + json.dumps(p))
+    return 0
+
+
+def _mean_rate(run: dict) -> float | None:
+    time_s = sum(e["epoch_s"] for e in run["epochs"])
+    return sum(e["samples_per_s"] * e["epoch_s"] for e in run["epochs"]) / time_s if time_s > 0 else None
+
+
+def _compare(store: Store, args) -> int:
+    runs = [_get(store, i) for i in args.ids]
+    base = _mean_rate(runs[0])
+    rows = [{"id": r["id"], "name": r["name"], "arch": r["arch"], "threads": r["threads"], "ranks": r["ranks"],
+             "status": r["status"], "epochs": len(r["epochs"]),
+             "test_acc": r["epochs"][-1]["test_acc"] if r["epochs"] else None,
+             "samples_per_s": _mean_rate(r),
+             "speedup": (_mean_rate(r) / base) if base and _mean_rate(r) else None} for r in runs]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'id':>5} {'network':<14} {'arch':<12} {'thr':>3} {'ranks':>5} {'status':<9} {'epochs':>6} "
+          f"{'test acc':>8} {'samples/s':>11} {'speedup':>8}")
+    for r in rows:
+        print(f"{r['id']:>5} {r['name'][:14]:<14} {r['arch'] or '—':<12} {_num(r['threads'], ''):>3} {r['ranks']:>5} "
+              f"{r['status']:<9} {r['epochs']:>6} {_num(r['test_acc'], '.4f'):>8} "
+              f"{_num(r['samples_per_s'], ',.0f'):>11} {_num(r['speedup'], '.2f'):>8}")
+    print(f"speedup: samples/s over run {runs[0]['id']}'s")
+    return 0
+
+
+def export_rows(runs: list[dict]) -> list[dict]:
+    """One row per run and epoch (a run with no epoch: one row with its fields only)."""
+    rows = []
+    for r in runs:
+        head = {"run_id": r["id"], "name": r["name"], "arch": r["arch"], "threads": r["threads"], "ranks": r["ranks"],
+                "status": r["status"]}
+        for e in r["epochs"] or [{}]:
+            rows.append({**head, **{k: e.get(k) for k in EPOCH_COLUMNS if k not in head}})
+    return rows
+
+
+def _export(store: Store, args) -> int:
+    if not args.ids and not args.all:
+        raise ConfigError("runs export: give run ids, or --all")
+    ids = [r["id"] for r in store.runs()] if args.all else args.ids
+    runs = [_get(store, i) for i in ids]
+    if args.csv is not None:
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=EPOCH_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(export_rows(runs))
+        text, target = out.getvalue(), args.csv
+    else:
+        text, target = json.dumps(runs, indent=1) + "\n", args.json
+    if target == "-":
+        sys.stdout.write(text)
+        return 0
+    check_output(target, "--csv" if args.csv is not None else "--json")
+    write_or_rescue(target, lambda fh: fh.write(text.encode()), "the export")
+    print(f"wrote {len(runs)} run(s) to {target}", file=sys.stderr)
+    return 0
+
+
+def _rm(store: Store, args) -> int:
+    for i in args.ids:
+        _get(store, i)
+    store.remove(args.ids)
+    print(f"removed {len(args.ids)} run(s) from {store.path}", file=sys.stderr)
+    return 0
+
+
+def run_runs(args) -> int:
+    if args.runs_command is None:
+        print("layerlab: error: runs: choose list, show, compare, export or rm", file=sys.stderr)
+        return 2
+    try:
+        store = Store(args.store)
+        try:
+            return {"list": _list, "show": _show, "compare": _compare, "export": _export,
+                    "rm": _rm}[args.runs_command](store, args)
+        finally:
+            store.close()
+    except LayerlabError as exc:
+        print(f"layerlab: error: {exc}", file=sys.stderr)
+        return exc.exit_code

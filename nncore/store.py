@@ -1,0 +1,342 @@
+"""The run store: every run's config, status, per-epoch metrics, step losses, per-part timings and sweep or bench
+points, in one SQLite database (WAL mode) that the app and several headless runs may write at once.
+
+The process that trains writes its own run: the run row when it starts, then each epoch (its metrics, the step
+losses logged during it and its timings) in one transaction, so a run killed at any moment keeps every finished
+epoch. A run left "running" by a process that is gone is marked "died" the next time the store is opened.
+
+The file is ``runs.sqlite`` under :func:`nncore.paths.home` (``LAYERLAB_HOME``, else the user data directory),
+or the path given. The schema has a version; older stores are migrated forward, a store from a newer layerlab
+is refused (:class:`StoreError`) and never written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from pathlib import Path
+
+from .errors import LayerlabError
+
+SCHEMA_VERSION = 1
+STATUSES = ("running", "finished", "stopped", "failed", "died")
+
+_SCHEMA = [
+    """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
+    """CREATE TABLE runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,              -- train | sweep | bench
+        name TEXT NOT NULL,              -- the config's name (quadrant, cnn, a file's stem)
+        config TEXT NOT NULL,            -- JSON: the resolved model, data and train settings
+        arch TEXT, threads INTEGER, ranks INTEGER NOT NULL DEFAULT 1,
+        host TEXT NOT NULL, device TEXT, version TEXT NOT NULL,
+        pid INTEGER NOT NULL, pid_start TEXT,  -- the writing process, to tell a dead run from a live one
+        started REAL NOT NULL, ended REAL,
+        status TEXT NOT NULL, error TEXT, exit_code INTEGER,
+        n_params INTEGER, steps_per_epoch INTEGER, train_samples INTEGER, test_samples INTEGER,
+        summary TEXT                     -- JSON: the final event (run_finished or run_failed)
+    )""",
+    """CREATE TABLE epochs (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        epoch INTEGER NOT NULL, steps INTEGER NOT NULL,
+        train_loss REAL, test_loss REAL, test_acc REAL, val_loss REAL, val_acc REAL,
+        samples_per_s REAL, epoch_s REAL, first_step_s REAL, comm_share REAL,
+        event TEXT NOT NULL,             -- JSON: the epoch_end event as emitted
+        PRIMARY KEY (run_id, epoch)
+    )""",
+    """CREATE TABLE steps (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        step INTEGER NOT NULL, epoch INTEGER NOT NULL, loss REAL, samples_per_s REAL,
+        PRIMARY KEY (run_id, step)
+    )""",
+    """CREATE TABLE timings (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        epoch INTEGER NOT NULL, part INTEGER NOT NULL, name TEXT NOT NULL,
+        fwd_ms REAL, bwd_ms REAL, share REAL, gflops REAL,
+        PRIMARY KEY (run_id, epoch, name)
+    )""",
+    """CREATE TABLE points (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL, data TEXT NOT NULL,   -- JSON: one sweep or bench point
+        PRIMARY KEY (run_id, seq)
+    )""",
+    "CREATE INDEX runs_started ON runs(started)",
+]
+# Forward migrations: MIGRATIONS[v] takes a store from version v to v + 1.
+MIGRATIONS: dict[int, list[str]] = {}
+
+
+class StoreError(LayerlabError):
+    """The run store cannot be used (unreadable, damaged, from a newer layerlab); the message names the file.
+    Callers go on without history and say so."""
+
+    exit_code = 2
+
+
+def default_path() -> Path:
+    from .paths import home
+
+    return home() / "runs.sqlite"
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("layerlab")
+    except Exception:  # noqa: BLE001 (not installed: a source tree)
+        return "unknown"
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), which tells a reused pid from the original."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, start: str | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return start is None or _process_start(pid) in (None, start)
+
+
+class Store:
+    """One open run store. ``Store(path)`` opens (creating it if absent), migrates, and marks dead runs."""
+
+    def __init__(self, path=None, timeout: float = 30.0):
+        self.path = Path(path) if path is not None else default_path()
+        if self.path.exists() and not self.path.is_file():  # a FIFO or device would block or never end
+            raise StoreError(f"run store {self.path}: not a regular file")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
+            self._check()  # before anything could write to a file that is not ours
+            self.db.execute("PRAGMA foreign_keys = ON")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.execute("PRAGMA synchronous = NORMAL")  # WAL: a killed process loses no commit
+            self._migrate()
+            self._mark_dead()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"run store {self.path}: {exc} (move it aside to start a new one)") from None
+        except OSError as exc:
+            raise StoreError(f"run store {self.path}: {exc.strerror or exc}") from None
+
+    # -- schema -------------------------------------------------------------------------------------------------
+    def _check(self) -> None:
+        """Refuse, reading only, a database that is not a run store or is from a newer layerlab."""
+        tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "meta" not in tables:
+            if tables - {"sqlite_sequence"}:
+                raise StoreError(f"run store {self.path}: a database, but not a layerlab run store")
+            return
+        row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = int(row[0]) if row and str(row[0]).isdigit() else None
+        if version is None:
+            raise StoreError(f"run store {self.path}: no schema version; not a layerlab run store")
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"run store {self.path}: schema version {version} is from a newer layerlab "
+                             f"(this one reads up to {SCHEMA_VERSION}); it is left as it is")
+
+    def _migrate(self) -> None:
+        with self._write():
+            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "meta" not in tables:
+                if tables - {"sqlite_sequence"}:
+                    raise StoreError(f"run store {self.path}: a database, but not a layerlab run store")
+                for statement in _SCHEMA:
+                    self.db.execute(statement)
+                self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                return
+            row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row and str(row[0]).isdigit() else None
+            if version is None:
+                raise StoreError(f"run store {self.path}: no schema version; not a layerlab run store")
+            if version > SCHEMA_VERSION:
+                raise StoreError(f"run store {self.path}: schema version {version} is from a newer layerlab "
+                                 f"(this one reads up to {SCHEMA_VERSION}); it is left as it is")
+            for v in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[v]:
+                    self.db.execute(statement)
+                self.db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(v + 1),))
+
+    def _write(self):
+        """A write transaction, taken at once (BEGIN IMMEDIATE) so concurrent writers queue instead of failing."""
+        store = self
+
+        class _Tx:
+            def __enter__(self):
+                store.db.execute("BEGIN IMMEDIATE")
+
+            def __exit__(self, kind, exc, tb):
+                store.db.execute("COMMIT" if kind is None else "ROLLBACK")
+                return False
+
+        return _Tx()
+
+    def _mark_dead(self) -> None:
+        host = socket.gethostname()
+        rows = self.db.execute("SELECT id, pid, pid_start FROM runs WHERE status = 'running' AND host = ?",
+                               (host,)).fetchall()
+        dead = [r[0] for r in rows if not _alive(r[1], r[2])]
+        if dead:
+            with self._write():
+                self.db.executemany("UPDATE runs SET status = 'died', error = COALESCE(error, "
+                                    "'the process ended without finishing the run') WHERE id = ?",
+                                    [(i,) for i in dead])
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- writing ------------------------------------------------------------------------------------------------
+    def begin(self, kind: str, name: str, config: dict, **info) -> int:
+        """A new run, status running; returns its id. ``info``: arch, threads, ranks, device, n_params, ..."""
+        cols = {"kind": kind, "name": name, "config": json.dumps(config, default=str), "host": socket.gethostname(),
+                "version": _version(), "pid": os.getpid(), "pid_start": _process_start(os.getpid()),
+                "started": time.time(), "status": "running", **info}
+        with self._write():
+            cur = self.db.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                  list(cols.values()))
+        return cur.lastrowid
+
+    def update(self, run_id: int, **cols) -> None:
+        with self._write():
+            self.db.execute(f"UPDATE runs SET {', '.join(f'{k} = ?' for k in cols)} WHERE id = ?",
+                            [*cols.values(), run_id])
+
+    def add_epoch(self, run_id: int, event: dict, steps: list[dict]) -> None:
+        """One epoch_end event and the step events logged during it, in one transaction."""
+        with self._write():
+            self.db.execute(
+                "INSERT OR REPLACE INTO epochs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, event["epoch"], event["steps"], event["train_loss"], event["test_loss"], event["test_acc"],
+                 event.get("val_loss"), event.get("val_acc"), event["samples_per_s"], event["epoch_s"],
+                 event.get("first_step_s", 0.0), event.get("comm_share"), json.dumps(event)))
+            self.db.executemany("INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?)",
+                                [(run_id, s["step"], s["epoch"], s["loss"], s["samples_per_s"]) for s in steps])
+            self.db.executemany("INSERT OR REPLACE INTO timings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                                [(run_id, event["epoch"], t["index"], t["name"], t["fwd_ms"], t["bwd_ms"], t["share"],
+                                  t["gflops"]) for t in event.get("timings", [])])
+
+    def add_steps(self, run_id: int, steps: list[dict]) -> None:
+        """Step events of an epoch that did not finish (a stop, a failure)."""
+        if steps:
+            with self._write():
+                self.db.executemany("INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?)",
+                                    [(run_id, s["step"], s["epoch"], s["loss"], s["samples_per_s"]) for s in steps])
+
+    def add_points(self, run_id: int, points: list[dict]) -> None:
+        with self._write():
+            start = self.db.execute("SELECT COUNT(*) FROM points WHERE run_id = ?", (run_id,)).fetchone()[0]
+            self.db.executemany("INSERT INTO points VALUES (?, ?, ?)",
+                                [(run_id, start + i, json.dumps(p, default=str)) for i, p in enumerate(points)])
+
+    def remove(self, run_ids: list[int]) -> int:
+        with self._write():
+            cur = self.db.executemany("DELETE FROM runs WHERE id = ?", [(i,) for i in run_ids])
+        return cur.rowcount
+
+    # -- reading ------------------------------------------------------------------------------------------------
+    def runs(self, network: str | None = None, arch: str | None = None, status: str | None = None,
+             since: float | None = None, limit: int | None = None, offset: int = 0) -> list[dict]:
+        """Runs, newest first, with their last epoch's accuracy and the run's mean samples/s."""
+        where, args = [], []
+        for col, value in (("name", network), ("arch", arch), ("status", status)):
+            if value is not None:
+                where.append(f"r.{col} = ?")
+                args.append(value)
+        if since is not None:
+            where.append("r.started >= ?")
+            args.append(since)
+        sql = ("SELECT r.*, (SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id) AS epochs_done, "
+               "(SELECT e.test_acc FROM epochs e WHERE e.run_id = r.id ORDER BY e.epoch DESC LIMIT 1) AS test_acc, "
+               "(SELECT SUM(e.samples_per_s * e.epoch_s) / SUM(e.epoch_s) FROM epochs e WHERE e.run_id = r.id) "
+               "AS samples_per_s FROM runs r" + (" WHERE " + " AND ".join(where) if where else "")
+               + " ORDER BY r.started DESC, r.id DESC" + (f" LIMIT {int(limit)} OFFSET {int(offset)}" if limit else ""))
+        return [self._row(r) for r in self._query(sql, args)]
+
+    def run(self, run_id: int) -> dict | None:
+        found = self._query("SELECT * FROM runs WHERE id = ?", (run_id,))
+        if not found:
+            return None
+        out = self._row(found[0])
+        out["epochs"] = [json.loads(r["event"]) for r in
+                         self._query("SELECT event FROM epochs WHERE run_id = ? ORDER BY epoch", (run_id,))]
+        out["steps"] = [dict(r) for r in self._query(
+            "SELECT step, epoch, loss, samples_per_s FROM steps WHERE run_id = ? ORDER BY step", (run_id,))]
+        out["points"] = [json.loads(r["data"]) for r in
+                         self._query("SELECT data FROM points WHERE run_id = ? ORDER BY seq", (run_id,))]
+        return out
+
+    def _query(self, sql: str, args=()) -> list[sqlite3.Row]:
+        self.db.row_factory = sqlite3.Row
+        try:
+            return self.db.execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"run store {self.path}: {exc}") from None
+        finally:
+            self.db.row_factory = None
+
+    @staticmethod
+    def _row(row: sqlite3.Row) -> dict:
+        out = dict(row)
+        for key in ("config", "summary"):
+            if out.get(key):
+                out[key] = json.loads(out[key])
+        return out
+
+
+class Recorder:
+    """Writes one training run's events into a store as they come (the trainer's ``emit``): the run row at
+    run_started, each epoch with its steps in one transaction, the outcome at the end. A store that fails
+    mid-run is reported once (``warn``) and recording stops; training never does."""
+
+    def __init__(self, store: Store, name: str, config: dict | None = None, warn=None, kind: str = "train"):
+        """``config``: recorded for a run that fails before it starts (no run_started carries it then)."""
+        self.store, self.name, self.kind, self.warn, self.config = store, name, kind, warn, config or {}
+        self.run_id: int | None = None
+        self.steps: list[dict] = []
+        self.failed = False
+
+    def __call__(self, event) -> None:
+        if self.failed:
+            return
+        e = event.to_dict() if hasattr(event, "to_dict") else event
+        try:
+            self._record(e)
+        except (StoreError, sqlite3.Error, OSError) as exc:
+            self.failed = True
+            if self.warn is not None:
+                self.warn(f"run store {self.store.path}: recording stopped ({exc}); the run goes on")
+
+    def _record(self, e: dict) -> None:
+        kind = e["event"]
+        if kind == "run_started":
+            self.run_id = self.store.begin(
+                self.kind, self.name, e["config"], arch=e["arch"], threads=e["threads"], ranks=e.get("ranks", 1),
+                device=e["device"], n_params=e["n_params"], steps_per_epoch=e["steps_per_epoch"],
+                train_samples=e["train_samples"], test_samples=e["test_samples"])
+        elif self.run_id is None:
+            if kind != "run_failed":
+                return
+            self.run_id = self.store.begin(self.kind, self.name, self.config, arch=self.config.get("train", {})
+                                           .get("arch"))
+        elif kind == "step":
+            self.steps.append(e)
+        elif kind == "epoch_end":
+            self.store.add_epoch(self.run_id, e, self.steps)
+            self.steps = []
+        elif kind in ("run_finished", "run_failed"):
+            self.store.add_steps(self.run_id, self.steps)
+            self.steps = []
+            status = "failed" if kind == "run_failed" else ("stopped" if e["stopped"] else "finished")
+            self.store.update(self.run_id, status=status, ended=time.time(), summary=json.dumps(e),
+                              error=e.get("error"), exit_code=e.get("exit_code"))

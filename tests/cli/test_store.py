@@ -1,0 +1,180 @@
+"""The run store: what a run records is what it emitted; killed runs keep their finished epochs and are marked
+died; concurrent writers lose nothing; damaged or newer stores are refused by path and never crash a run."""
+import csv
+import hashlib
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nncore.config import load_config
+from nncore.events import EpochEnd, RunFinished, Step
+from nncore.store import SCHEMA_VERSION, Recorder, Store, StoreError
+from nncore.train import Trainer
+from tests.cli.test_cli import layerlab, one_line_error
+
+
+def test_a_runs_rows_are_its_events(tmp_path):
+    store = Store(tmp_path / "runs.sqlite")
+    events = []
+    recorder = Recorder(store, "quadrant")
+    cfg = load_config("quadrant").override("train", arch="cpu-serial", epochs=3)
+
+    def emit(event):
+        events.append(event)
+        recorder(event)
+
+    end = Trainer(cfg, emit).run()
+    assert isinstance(end, RunFinished)
+    (run,) = store.runs()
+    full = store.run(run["id"])
+    assert full["status"] == "finished" and full["summary"] == end.to_dict()
+    assert full["config"] == events[0].config and full["arch"] == "cpu-serial" and full["threads"] == 1
+    assert full["epochs"] == [e.to_dict() for e in events if isinstance(e, EpochEnd)]
+    assert full["steps"] == [{"step": e.step, "epoch": e.epoch, "loss": e.loss, "samples_per_s": e.samples_per_s}
+                             for e in events if isinstance(e, Step)]
+    timings = store._query("SELECT name, fwd_ms FROM timings WHERE run_id = ? AND epoch = 3", (run["id"],))
+    last = [e for e in events if isinstance(e, EpochEnd)][-1]
+    assert [(t["name"], t["fwd_ms"]) for t in timings] == sorted((t.name, t.fwd_ms) for t in last.timings) or \
+        {(t["name"], t["fwd_ms"]) for t in timings} == {(t.name, t.fwd_ms) for t in last.timings}
+    assert run["epochs_done"] == 3 and run["test_acc"] == last.test_acc
+
+
+def test_a_run_killed_mid_epoch_keeps_its_finished_epochs_and_is_marked_died(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "net-1h", "--arch", "cpu-serial",
+                             "--epochs", "50", "--store", str(path), "--jsonl", str(tmp_path / "e.jsonl")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    done = 0
+    while done < 2 and time.monotonic() < deadline:
+        time.sleep(0.3)
+        if path.exists():
+            try:
+                with sqlite3.connect(path, timeout=5) as db:
+                    done = db.execute("SELECT COUNT(*) FROM epochs").fetchone()[0]
+            except sqlite3.OperationalError:
+                pass
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    store = Store(path)
+    (run,) = store.runs()
+    assert run["status"] == "died" and run["epochs_done"] >= 2
+    emitted = [json.loads(line) for line in (tmp_path / "e.jsonl").read_text().splitlines()
+               if '"event":"epoch_end"' in line]
+    assert store.run(run["id"])["epochs"] == emitted[:run["epochs_done"]]
+
+
+def test_two_runs_writing_at_once_lose_nothing(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    procs = [subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "quadrant", "--arch", "cpu-serial",
+                               "--epochs", "12", "--store", str(path), "--quiet", "--seed", str(seed)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for seed in (1, 2)]
+    for p in procs:
+        assert p.wait(timeout=180) == 0, p.stderr.read()
+    runs = Store(path).runs()
+    assert sorted(r["status"] for r in runs) == ["finished", "finished"]
+    assert [r["epochs_done"] for r in runs] == [12, 12]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other-database", "fifo", "directory"])
+def test_a_damaged_store_is_named_and_the_run_goes_on_without_it(tmp_path, damage):
+    path = tmp_path / "runs.sqlite"
+    Store(path).close()
+    if damage == "garbage":
+        path.write_bytes(os.urandom(5000))
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:100])
+    elif damage == "other-database":
+        path.unlink()
+        with sqlite3.connect(path) as db:
+            db.execute("CREATE TABLE stuff (x)")
+    else:
+        path.unlink()
+        os.mkfifo(path) if damage == "fifo" else path.mkdir()
+    fingerprint = lambda: hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else damage  # noqa: E731
+    before = fingerprint()
+    with pytest.raises(StoreError, match=str(path)):
+        Store(path)
+    proc = layerlab("train", "quadrant", "--epochs", "1", "--store", path)
+    assert proc.returncode == 0 and "going on without recording the run" in proc.stderr
+    assert str(path) in proc.stderr and "Traceback" not in proc.stderr
+    proc = layerlab("runs", "--store", path, "list")
+    assert proc.returncode == 2
+    one_line_error(proc, str(path))
+    assert fingerprint() == before  # never written
+
+
+def test_a_store_from_a_newer_layerlab_is_refused_and_left_alone(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    Store(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),))
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1} is from a newer layerlab"):
+        Store(path)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_runs_list_show_compare_export_and_rm(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    for arch in ("cpu-serial", "cpu-parallel"):
+        assert layerlab("train", "quadrant", "--arch", arch, "--epochs", "3", "--store", path).returncode == 0
+    listed = json.loads(layerlab("runs", "--store", path, "list", "--json").stdout)
+    assert [r["arch"] for r in listed] == ["cpu-parallel", "cpu-serial"]  # newest first
+    serial, parallel = listed[1]["id"], listed[0]["id"]
+    assert [r["id"] for r in json.loads(layerlab("runs", "--store", path, "list", "--arch", "cpu-serial",
+                                                 "--json").stdout)] == [serial]
+    text = layerlab("runs", "--store", path, "list").stdout
+    assert "quadrant" in text and "finished" in text
+    shown = json.loads(layerlab("runs", "--store", path, "show", str(serial), "--json").stdout)
+    assert len(shown["epochs"]) == 3 and shown["config"]["train"]["arch"] == "cpu-serial"
+    assert "test acc" in layerlab("runs", "--store", path, "show", str(serial)).stdout
+    compared = json.loads(layerlab("runs", "--store", path, "compare", str(serial), str(parallel), "--json").stdout)
+    assert compared[0]["speedup"] == pytest.approx(1.0)
+    assert compared[1]["speedup"] == pytest.approx(compared[1]["samples_per_s"] / compared[0]["samples_per_s"])
+    # Exports parse and carry what the store holds.
+    proc = layerlab("runs", "--store", path, "export", "--all", "--csv", tmp_path / "r.csv")
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "r.csv").read_text())))
+    assert len(rows) == 6 and {r["run_id"] for r in rows} == {str(serial), str(parallel)}
+    epochs = {(int(r["run_id"]), int(r["epoch"])): float(r["test_loss"]) for r in rows}
+    assert epochs[(serial, 3)] == shown["epochs"][2]["test_loss"]
+    assert layerlab("runs", "--store", path, "export", str(serial), "--json", tmp_path / "r.json").returncode == 0
+    assert json.loads((tmp_path / "r.json").read_text())[0]["epochs"] == shown["epochs"]
+    assert layerlab("runs", "--store", path, "rm", str(serial)).returncode == 0
+    assert [r["id"] for r in json.loads(layerlab("runs", "--store", path, "list", "--json").stdout)] == [parallel]
+    proc = layerlab("runs", "--store", path, "show", str(serial))
+    assert proc.returncode == 2
+    one_line_error(proc, f"run {serial}: not in {path}")
+
+
+def test_no_store_records_nothing_and_a_failed_run_is_recorded(tmp_path):
+    home = tmp_path / "home"
+    proc = layerlab("train", "quadrant", "--epochs", "1", "--no-store", env={**os.environ, "LAYERLAB_HOME": str(home)})
+    assert proc.returncode == 0 and not (home / "runs.sqlite").exists()
+    path = tmp_path / "runs.sqlite"
+    proc = layerlab("train", "quadrant", "--epochs", "2", "--lr", "1e30", "--store", path)
+    assert proc.returncode == 3
+    (run,) = Store(path).runs()
+    assert run["status"] == "failed" and run["exit_code"] == 3 and "non-finite" in run["error"]
+
+
+def test_sweeps_and_benchmarks_are_recorded_with_their_points(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    proc = layerlab("bench", "--workloads", "net-1h", "--batch", "16", "--steps", "2", "--repeats", "1", "--warmup",
+                    "1", "--no-torch", "--json", tmp_path / "b.json", "--store", path)
+    assert proc.returncode == 0, proc.stderr
+    proc = layerlab("sweep", "quadrant", "--archs", "cpu-serial", "--batch", "16,32", "--steps", "2", "--repeats", "1",
+                    "--warmup", "1", "--out", tmp_path / "sw", "--store", path)
+    assert proc.returncode == 0, proc.stderr
+    sweep, bench = Store(path).runs()
+    assert (sweep["kind"], bench["kind"]) == ("sweep", "bench")
+    assert Store(path).run(bench["id"])["points"] == json.loads((tmp_path / "b.json").read_text())
+    assert Store(path).run(sweep["id"])["points"] == json.loads((tmp_path / "sw" / "sweep.json").read_text())["points"]
