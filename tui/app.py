@@ -279,6 +279,8 @@ class LayerlabApp(GuardedApp):
             acc = "no evaluation" if msg["test_acc"] is None else f"test acc {msg['test_acc']:.4f}"
             self._end_run("stopped" if msg["stopped"] else "finished",
                           f"{'stopped' if msg['stopped'] else 'finished'}: {acc}", steps=msg["steps"])
+        elif kind == "store_warning":
+            self.notify(msg["message"], severity="warning", timeout=12, markup=False)
         elif kind == "run_failed":
             self._end_run("failed", f"failed: {msg['error']}", error=True, steps=msg.get("step", 0))
 

@@ -92,8 +92,11 @@ def child_main(cfg: dict, conn: Connection, boundary: bool) -> None:
     from nncore.train import Trainer
 
     ctl = _Controller(conn)
+    recorder = _recorder(cfg, conn)
 
     def emit(event) -> None:
+        if recorder is not None:  # this process trains, so it records (each epoch in one transaction)
+            recorder(event)
         conn.send(event.to_json())
         # Only these events come after a successful set-up (a failed one has no dataset to draw).
         if boundary and isinstance(event, (RunStarted, EpochEnd)) and trainer.ds.input_shape == (2,):
@@ -107,6 +110,21 @@ def child_main(cfg: dict, conn: Connection, boundary: bool) -> None:
         conn.send(RunFailed(f"{type(exc).__name__}: {exc}".splitlines()[0], 1).to_json())
     finally:
         conn.close()
+
+
+def _recorder(cfg: dict, conn: Connection):
+    """A Recorder into the run store, or None with a warning to the app (it trains on without history)."""
+    from nncore.store import Recorder, Store, StoreError
+
+    def warn(message: str) -> None:
+        conn.send(json.dumps({"event": "store_warning", "message": message}))
+
+    try:
+        store = Store()
+    except StoreError as exc:
+        warn(f"{exc}; this run is not recorded")
+        return None
+    return Recorder(store, str(cfg.get("source") or "run"), cfg, warn=warn)
 
 
 def _die_with_parent() -> None:

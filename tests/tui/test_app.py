@@ -120,6 +120,12 @@ async def test_a_real_run_on_cpu_serial(tmp_path):
         exported = json.loads((tmp_path / "runs.json").read_text())
         assert exported[0]["arch"] == "cpu-serial" and exported[0]["status"] == "stopped"
         assert exported[0]["epochs"] == app.runs[0].epochs >= 2
+    # The training process recorded the run in the store, each epoch as the app saw it.
+    from nncore.store import Store
+
+    (stored,) = Store().runs()
+    assert stored["status"] == "stopped" and stored["arch"] == "cpu-serial"
+    assert Store().run(stored["id"])["epochs"] == [m for m in seen if m["event"] == "epoch_end"]
 
 
 async def test_pause_single_step_and_resume(fixed_env):
