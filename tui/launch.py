@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 from nncore import cli
 
 USAGE = """usage: layerlab [tui [CONFIG]]
-       layerlab {train,archs,bench,sweep,lockstep} ... (layerlab --help)
+       layerlab {train,runs,archs,bench,sweep,lockstep} ... (layerlab --help)
 
 Open the terminal app on CONFIG: a config file, or the name of one in assets/configs (quadrant, cnn, net-1h,
 ...); the default is quadrant. A config the app cannot open is refused there with the reason, and the app opens
