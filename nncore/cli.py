@@ -167,6 +167,17 @@ def record_points(args, kind: str, name: str, points: list[dict], config: dict, 
         store.close()
 
 
+def _recorder(args, cfg):
+    """A Recorder of this run into the run store, or None (--no-store, or a store that cannot be used)."""
+    store = open_store(args)
+    if store is None:
+        return None
+    from nncore.store import Recorder
+
+    return Recorder(store, Path(cfg.source).stem, cfg.to_dict(),
+                    warn=lambda msg: print(f"layerlab: warning: {msg}", file=sys.stderr))
+
+
 def open_store(args, quiet: bool = False):
     """The run store the command records into, or None (--no-store, or a store that cannot be used: said once
     on stderr, and the command goes on without history)."""
@@ -362,21 +373,14 @@ def _train(args) -> int:
         if text is not None:
             text(event)
 
-    recorder = None
-    if root:  # rank 0 records a distributed run
-        store = open_store(args)
-        if store is not None:
-            from nncore.store import Recorder
+    recorder = _recorder(args, cfg) if root else None  # rank 0 records a distributed run
 
-            recorder = Recorder(store, Path(cfg.source).stem, cfg.to_dict(),
-                                warn=lambda msg: print(f"layerlab: warning: {msg}", file=sys.stderr))
-    shown = emit
-    if recorder is not None:
-        def emit(event):  # noqa: F811 (the same, and recorded)
+    def emit_and_record(event):
+        if recorder is not None:
             recorder(event)
-            shown(event)
+        emit(event)
 
-    trainer.emit, trainer.should_stop = emit, (lambda: bool(interrupted))
+    trainer.emit, trainer.should_stop = emit_and_record, (lambda: bool(interrupted))
     try:
         end = trainer.run()
     except Exception as exc:
