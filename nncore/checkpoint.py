@@ -71,8 +71,8 @@ def _real(v) -> bool:
 _POSITION = {"epoch": (lambda v: _int(v) and v >= 1, "an integer >= 1"),
              "offset": (_int, "a non-negative 32-bit integer"), "step": (_int, "a non-negative 32-bit integer"),
              "loss_sum": (_real, "a finite number"), "best_acc": (lambda v: _real(v) and 0 <= v <= 1, "in [0, 1]"),
-             "samples_done": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-                              "a non-negative integer"),
+             "samples_done": (lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 2**53,
+                              "a non-negative integer below 2**53"),
              "train_s": (lambda v: _real(v) and v >= 0, "a finite number >= 0")}
 
 
@@ -97,6 +97,9 @@ def load(path) -> dict:
     for name, kind in (("rng", dict), ("config", dict), ("optimizer", str)):
         if not isinstance(meta.get(name), kind):
             raise DataError(f"{path}: {name} is missing or not {'an object' if kind is dict else 'a string'}")
+    for section in ("model", "data", "train"):
+        if not isinstance(meta["config"].get(section, {}), dict):
+            raise DataError(f"{path}: config.{section} must be an object")
     order = data.get("order")
     if order is None or order.ndim != 1 or order.dtype.kind not in "iu":
         raise DataError(f"{path}: order must be a 1-D integer array")
@@ -106,7 +109,7 @@ def load(path) -> dict:
             "config": meta["config"], "optimizer": meta["optimizer"]}
 
 
-def check_against(ckpt: dict, path, n_samples: int, opt, epochs: int) -> None:
+def check_against(ckpt: dict, path, n_samples: int, opt, epochs: int, batch: int = 1) -> None:
     """The checkpoint's indices against this run: the sample order must be a permutation of the dataset's
     ``n_samples`` (or empty: unshuffled), the position inside it, the optimizer state the optimizer's size."""
     pos, order = ckpt["position"], ckpt["order"]
@@ -114,6 +117,10 @@ def check_against(ckpt: dict, path, n_samples: int, opt, epochs: int) -> None:
         raise DataError(f"{path}: position.offset {pos.offset} is past the dataset's {n_samples} training samples")
     if pos.epoch > epochs + 1:
         raise DataError(f"{path}: position.epoch {pos.epoch} is past this run's {epochs} epochs")
+    to_run = max(epochs - pos.epoch + 1, 0) * -(-n_samples // batch)
+    if pos.step + to_run > INT32_MAX:  # the step count reaches the kernels as a 32-bit integer
+        raise DataError(f"{path}: position.step {pos.step} and the {to_run} steps still to run pass the "
+                        f"kernels' 32-bit range")
     if len(order) not in (0, n_samples):
         raise DataError(f"{path}: order has {len(order)} entries, the dataset {n_samples} training samples")
     if len(order) and not np.array_equal(np.sort(order), np.arange(n_samples)):

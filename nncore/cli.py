@@ -1,7 +1,8 @@
 """The headless command line: train, archs, bench, sweep, lockstep. `layerlab` alone opens the app (tui.launch).
 
 Exit codes: 0 done (or stopped by a stop file); 2 bad config, argument or data; 3 diverged; 4 the backend
-asked for is unavailable; 130 interrupted (Ctrl-C ends the current step, writes what was asked for, exits).
+asked for is unavailable; 130 interrupted (Ctrl-C ends the current step, writes what was asked for, exits;
+SIGTERM and SIGHUP do the same and exit 143 and 129).
 Errors are one line on stderr naming the culprit, never a traceback.
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from .errors import ConfigError, LayerlabError
@@ -300,15 +302,22 @@ def _abort_ranks(code: int) -> None:
 def _train(args) -> int:
     interrupted, cluster = [], None
 
-    def on_sigint(signum, frame):
-        if interrupted:  # a second Ctrl-C: stop waiting for the step
-            raise KeyboardInterrupt
-        interrupted.append(True)
+    def on_signal(signum, frame):
+        # SIGINT (Ctrl-C), SIGTERM (timeout, docker stop, systemd) and SIGHUP end the run after the current
+        # step, with what was asked for written. A second Ctrl-C a second or more after the first abandons the
+        # step; one that follows at once (a double press) is the same request.
+        if interrupted:
+            if signum == signal.SIGINT and time.monotonic() - interrupted[0][1] >= 1.0:
+                raise KeyboardInterrupt
+            return
+        interrupted.append((signum, time.monotonic()))
         if cluster is None or cluster.is_root:
-            print("\nlayerlab: interrupted; finishing the current step", file=sys.stderr)
+            name = {signal.SIGINT: "interrupted"}.get(signum, f"{signal.Signals(signum).name} received")
+            print(f"\nlayerlab: {name}; finishing the current step", file=sys.stderr)
 
     # First of all: a rank interrupted inside MPI's start-up must not leave the others waiting in it.
-    signal.signal(signal.SIGINT, on_sigint)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     from nncore.config import check_run
     from nncore.events import RunFailed
     from nncore.fileio import check_outputs
@@ -409,7 +418,9 @@ def _train(args) -> int:
     if lost:
         print(f"layerlab: error: {lost[0]}", file=sys.stderr)
         return EXIT_CONFIG
-    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+    if interrupted:  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP: the shell's convention
+        return 128 + interrupted[0][0]
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """Files written and read by nncore: atomic writes (weights, checkpoints, the app's exports) and checked reads."""
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import stat
@@ -28,14 +29,25 @@ def _new_file_mode(path: Path) -> int:
 
 
 def _clean_stale(path: Path) -> None:
-    """Temporary files of our own naming left beside ``path`` by a process killed while writing it."""
+    """Temporary files of our own naming left beside ``path`` by a process killed while writing it. A writer
+    holds a lock on its temporary file until it is renamed, so one that can be locked is nobody's."""
     pattern = re.compile(rf"^\.{re.escape(path.name)}\.[A-Za-z0-9_]{{8}}\.tmp$")
     try:
-        for old in path.parent.iterdir():
-            if pattern.match(old.name):
-                old.unlink(missing_ok=True)
+        candidates = [p for p in path.parent.iterdir() if pattern.match(p.name)]
     except OSError:
-        pass
+        return
+    for old in candidates:
+        try:
+            fd = os.open(old, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            old.unlink(missing_ok=True)
+        except OSError:  # locked: another process is writing it
+            pass
+        finally:
+            os.close(fd)
 
 
 def write_atomic(path, write) -> None:
@@ -48,11 +60,12 @@ def write_atomic(path, write) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "wb") as fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)  # ours until renamed (see _clean_stale)
             write(fh)
             fh.flush()
             os.fchmod(fh.fileno(), mode)
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -100,8 +113,8 @@ def read_npz(path) -> dict[str, np.ndarray]:
                 raise DataError(str(exc)) from None
             return {(info.filename[:-4] if info.filename.endswith(".npy") else info.filename):
                     _npz_member(zf, info, path) for info in members}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError) as exc:
-        raise DataError(f"{path}: not a readable .npz file ({exc})") from None
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError, zlib.error, NotImplementedError, RuntimeError) as exc:
+        raise DataError(f"{path}: not a readable .npz file ({exc})") from None  # RuntimeError: encrypted
 
 
 def check_output(path, flag: str) -> Path:

@@ -75,7 +75,17 @@ def regular_file(path, what: str = "file") -> int:
         raise DataError(f"{path}: is a directory, not a {what}")
     if not stat.S_ISREG(st.st_mode):
         raise DataError(f"{path}: not a regular file (a FIFO, device or socket); give a {what}")
+    if kernel_file(path):
+        raise DataError(f"{path}: a kernel interface file (/proc, /sys), not a {what}")
     return st.st_size
+
+
+def kernel_file(path) -> bool:
+    """Files of /proc and /sys pass as regular but may block for ever (/proc/kmsg) or never end."""
+    import os
+
+    real = os.path.realpath(path)
+    return real.startswith(("/proc/", "/sys/"))
 
 
 def ascii_int(text: str, what: str, minimum: int = 0) -> int:

@@ -114,7 +114,9 @@ class Store:
 
     def __init__(self, path=None, timeout: float = 30.0):
         self.path = Path(path) if path is not None else default_path()
-        if self.path.exists() and not self.path.is_file():  # a FIFO or device would block or never end
+        from .limits import kernel_file
+
+        if (self.path.exists() and not self.path.is_file()) or kernel_file(self.path):  # could block for ever
             raise StoreError(f"run store {self.path}: not a regular file")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,6 +127,8 @@ class Store:
             self.db.execute("PRAGMA synchronous = NORMAL")  # WAL: a killed process loses no commit
             self._migrate()
             self._mark_dead()
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"run store {self.path}: {exc}") from None
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"run store {self.path}: {exc} (move it aside to start a new one)") from None
         except OSError as exc:

@@ -30,6 +30,7 @@ from .config import RunConfig, fit_model
 from .distributed import RankFailed
 from .errors import ConfigError, DataError, DivergedError, LayerlabError
 from .fileio import write_or_rescue
+from .limits import check_index
 from .events import EpochEnd, Event, LayerTiming, RunFailed, RunFinished, RunStarted, Step
 from .kernels.data import gather_rows
 from .kernels.loss import check_finite, count_correct, loss_accumulate
@@ -143,6 +144,8 @@ class Trainer:
         self.batch = tr["batch_size"]
         n = len(ds.x_train)
         self.steps_per_epoch = -(-n // self.batch)
+        check_index(self.steps_per_epoch * tr["epochs"], f"train.epochs {tr['epochs']} x {self.steps_per_epoch} "
+                    "steps per epoch (the step count reaches the kernels)")
         self.log_every = tr["log_every"] or max(1, self.steps_per_epoch // 20)
         self.timing_every = min(tr["timing_every"], max(1, self.steps_per_epoch // 2))
         self.rng = np.random.default_rng(tr["seed"])
@@ -306,7 +309,7 @@ class Trainer:
         state = ckpt.load(self.resume)
         ckpt.check_compatible(state, self.cfg.to_dict(), self.resume)
         n = len(self.ds.x_train)
-        ckpt.check_against(state, self.resume, n, self.opt, self.cfg.train["epochs"])
+        ckpt.check_against(state, self.resume, n, self.opt, self.cfg.train["epochs"], self.batch)
         try:
             self.rng.bit_generator.state = state["rng"]
         except (TypeError, ValueError, KeyError, OverflowError) as exc:

@@ -13,6 +13,7 @@ import pytest
 from nncore import checkpoint as ckpt
 from nncore.config import load_config
 from nncore.events import RunFailed
+from nncore.errors import LayerlabError
 from nncore.train import Trainer
 from tests.cli.test_cli import layerlab, one_line_error
 
@@ -301,3 +302,105 @@ def test_arguments_are_ascii_and_finite(tmp_path, args, needle):
     proc = layerlab(*args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     one_line_error(proc, needle)
+
+
+# -- found by an adversarial review ----------------------------------------------------------------------------------
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/kmsg"), reason="no /proc/kmsg on this system")
+@pytest.mark.parametrize("args", [["train", "/proc/kmsg"], ["train", "quadrant", "--store", "/proc/kmsg"],
+                                  ["runs", "--store", "/proc/kmsg", "list"]])
+def test_kernel_files_that_block_are_refused(args):
+    """/proc/kmsg is a 'regular' file of size 0 whose read blocks for ever."""
+    proc = layerlab(*args, timeout=30)
+    assert proc.returncode in (0, 2), proc.stderr
+    assert "/proc/kmsg" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (position(step=2**31 - 1), "position.step 2147483647 and the"),
+    (position(samples_done=10**400), "position.samples_done"),
+    (lambda d: {**d, "config": {**d["config"], "model": [1, 2]}}, "config.model must be an object"),
+    (lambda d: {**d, "config": {**d["config"], "train": "x"}}, "config.train must be an object"),
+])
+def test_checkpoint_values_that_reach_past_the_kernels_or_the_config_are_refused(checkpoint, tmp_path, edit, needle):
+    bad = tampered(checkpoint, tmp_path / "k.npz", meta=edit)
+    end = Trainer(load_config("quadrant").override("train", arch="cpu-serial", epochs=2), resume=bad).run()
+    assert isinstance(end, RunFailed) and end.exit_code == 2, end
+    assert needle in end.error, end.error
+
+
+def test_an_encrypted_zip_member_is_refused(tmp_path):
+    path = tmp_path / "w.npz"
+    np.savez(path, x=np.zeros(3))
+    raw = bytearray(path.read_bytes())
+    for sig, flag_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # the encrypted bit of each header's flags
+        at = raw.find(sig)
+        raw[at + flag_at] |= 1
+    path.write_bytes(bytes(raw))
+    proc = layerlab("train", *RUN, "--init-weights", path)
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, "not a readable .npz file")
+
+
+def test_idx_data_is_refused_when_loading_it_would_not_fit(tmp_path, monkeypatch):
+    """The check once reserved 5x the body where loading peaks at about 9x: an OOM kill."""
+    from nncore import data, limits
+
+    body = 1000 * 28 * 28
+    monkeypatch.setattr(limits, "host_memory", lambda: int(10 * body / 0.9))  # room for 10x, not for 14x
+    path = tmp_path / "train-images-idx3-ubyte"
+    import struct
+
+    path.write_bytes(bytes([0, 0, 8, 3]) + struct.pack(">3I", 1000, 28, 28) + bytes(body))
+    with pytest.raises(LayerlabError, match="loaded as float32"):
+        data.read_idx(path)
+
+
+@pytest.mark.parametrize("sig,code", [("SIGTERM", 143), ("SIGHUP", 129), ("double-SIGINT", 130)])
+def test_termination_signals_end_the_run_with_the_weights_written(tmp_path, sig, code):
+    """SIGTERM and SIGHUP once killed the run with no message and no weights; a double Ctrl-C lost them."""
+    import os
+    import signal
+    import time
+
+    weights = tmp_path / "w.npz"
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "quadrant", "--arch", "cpu-serial",
+                             "--epochs", "100000", "--jsonl", "-", "--save-weights", str(weights)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if '"event":"epoch_end"' in line:
+            break
+    if sig == "double-SIGINT":
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+    else:
+        proc.send_signal(getattr(signal, sig))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert weights.exists() and json.loads(out.splitlines()[-1])["stopped"]
+    assert "Traceback" not in err
+
+
+def test_a_live_writers_temporary_file_is_not_cleaned(tmp_path):
+    """Cleaning stale temporaries once deleted another process's write in progress (writers hold a flock)."""
+    import threading
+
+    from nncore.fileio import write_atomic
+
+    target = tmp_path / "c.npz"
+    started, release = threading.Event(), threading.Event()
+
+    def slow(fh):
+        fh.write(b"first")
+        started.set()
+        release.wait(10)
+
+    writer = threading.Thread(target=lambda: write_atomic(target, slow))
+    writer.start()
+    started.wait(10)
+    live = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    (tmp_path / ".c.npz.deadbeef.tmp").write_bytes(b"stale")  # a killed writer's: no lock held
+    write_atomic(target, lambda fh: fh.write(b"second"))
+    assert all(p.exists() for p in live) and not (tmp_path / ".c.npz.deadbeef.tmp").exists()
+    release.set()
+    writer.join(10)
+    assert target.read_bytes() == b"first" and not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
