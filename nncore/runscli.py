@@ -10,7 +10,7 @@ from datetime import datetime
 
 from .errors import ConfigError, LayerlabError
 from .fileio import check_output, write_or_rescue
-from .store import Store
+from .store import Store, mean_rate
 
 EPOCH_COLUMNS = ["run_id", "name", "arch", "threads", "ranks", "status", "epoch", "steps", "train_loss", "test_loss",
                  "test_acc", "val_loss", "val_acc", "samples_per_s", "epoch_s"]
@@ -84,8 +84,7 @@ def _show(store: Store, args) -> int:
 
 
 def _mean_rate(run: dict) -> float | None:
-    time_s = sum(e["epoch_s"] for e in run["epochs"])
-    return sum(e["samples_per_s"] * e["epoch_s"] for e in run["epochs"]) / time_s if time_s > 0 else None
+    return mean_rate(run["epochs"], (run["config"] or {}).get("train", {}).get("batch_size", 0))
 
 
 def _compare(store: Store, args) -> int:

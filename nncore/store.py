@@ -262,10 +262,15 @@ class Store:
             args.append(since)
         sql = ("SELECT r.*, (SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id) AS epochs_done, "
                "(SELECT e.test_acc FROM epochs e WHERE e.run_id = r.id ORDER BY e.epoch DESC LIMIT 1) AS test_acc, "
-               "(SELECT SUM(e.samples_per_s * e.epoch_s) / SUM(e.epoch_s) FROM epochs e WHERE e.run_id = r.id) "
-               "AS samples_per_s FROM runs r" + (" WHERE " + " AND ".join(where) if where else "")
+               "NULL AS samples_per_s FROM runs r" + (" WHERE " + " AND ".join(where) if where else "")
                + " ORDER BY r.started DESC, r.id DESC" + (f" LIMIT {int(limit)} OFFSET {int(offset)}" if limit else ""))
-        return [self._row(r) for r in self._query(sql, args)]
+        rows = [self._row(r) for r in self._query(sql, args)]
+        for row in rows:
+            epochs = self._query("SELECT samples_per_s, epoch_s, first_step_s FROM epochs WHERE run_id = ?",
+                                 (row["id"],))
+            row["samples_per_s"] = mean_rate([dict(e) for e in epochs], (row["config"] or {}).get("train", {})
+                                             .get("batch_size", 0))
+        return rows
 
     def run(self, run_id: int) -> dict | None:
         found = self._query("SELECT * FROM runs WHERE id = ?", (run_id,))
@@ -296,6 +301,17 @@ class Store:
             if out.get(key):
                 out[key] = json.loads(out[key])
         return out
+
+
+def mean_rate(epochs: list[dict], batch: int) -> float | None:
+    """A run's training samples per second over its epochs, leaving out step 1 (it compiles the kernels), as
+    the app's Runs view does; None without a timed epoch."""
+    seconds = sum(e["epoch_s"] for e in epochs)
+    samples = sum(e["samples_per_s"] * e["epoch_s"] for e in epochs)
+    first = sum(e.get("first_step_s") or 0.0 for e in epochs)
+    if first and seconds > first and samples > batch:
+        seconds, samples = seconds - first, samples - batch
+    return samples / seconds if seconds > 0 else None
 
 
 class Recorder:

@@ -178,3 +178,19 @@ def test_sweeps_and_benchmarks_are_recorded_with_their_points(tmp_path):
     assert (sweep["kind"], bench["kind"]) == ("sweep", "bench")
     assert Store(path).run(bench["id"])["points"] == json.loads((tmp_path / "b.json").read_text())
     assert Store(path).run(sweep["id"])["points"] == json.loads((tmp_path / "sw" / "sweep.json").read_text())["points"]
+
+
+def test_listed_rates_leave_out_step_one_as_the_app_does(tmp_path):
+    from tui.state import RunRecord
+
+    store = Store(tmp_path / "runs.sqlite")
+    events = []
+    recorder = Recorder(store, "quadrant")
+    cfg = load_config("quadrant").override("train", arch="cpu-serial", epochs=3)
+    Trainer(cfg, lambda e: (events.append(e), recorder(e))).run()
+    app_view = RunRecord("quadrant", "cpu-serial", 1, cfg.train["batch_size"])
+    for e in events:
+        if isinstance(e, EpochEnd):
+            app_view.add_epoch(e.to_dict())
+    (run,) = store.runs()
+    assert run["samples_per_s"] == pytest.approx(app_view.samples_per_s)
