@@ -101,7 +101,7 @@ def _points(name: str, n: int, noise: float, rng: np.random.Generator) -> tuple[
     return p, np.repeat([1, 0], [half, n - half]).astype(np.int32)
 
 
-IDX_LOAD_FACTOR = 14  # host bytes per IDX byte at the peak of loading and uploading it (measured ~9x)
+IDX_LOAD_FACTOR = 14  # host bytes per IDX byte at the peak of loading and uploading it, with a margin
 SYNTHETIC_BYTES = 128  # host bytes per sample while a synthetic set is generated (float64 temporaries)
 
 
@@ -159,7 +159,7 @@ def _check_dims(path: Path, dims: tuple[int, ...]) -> int:
     body = math.prod(dims)
     try:
         check_index(body, f"{path}: the header's {' x '.join(map(str, dims))} values")
-        # The bytes, their float32 copy and its scaled temporary, the split's copies and the upload: ~14x.
+        # The bytes, their float32 copy and its scaled temporary, the split's copies and the upload.
         check_host_memory(IDX_LOAD_FACTOR * body, f"{path} ({' x '.join(map(str, dims))} values, loaded as float32)")
     except ConfigError as exc:
         raise DataError(str(exc)) from None

@@ -1,10 +1,10 @@
 """A training step's kernel launches replayed as one Taichi compute graph.
 
-Launching a kernel from Python cost 70-150 us on the lent H100's host (Taichi 1.7 checks and converts every
-argument in Python), against 19-36 us per kernel of a compute graph (`ti.graph`), whose launches are issued
-from C++. A net-1h step is eight launches and a few microseconds of GPU work each at batch 64, so on
-CUDA the step is the launches: ``scripts/launch_cost.py`` measures both. On the CPU a launch from Python costs
-about 26 us, and a step of 16 kernels gains 10-35% from a graph (``default_enabled``).
+Launching a kernel from Python costs several times a launch from a compute graph (`ti.graph`), whose launches
+are issued from C++: Taichi 1.7 checks and converts every argument in Python. A net-1h step is eight launches
+and a few microseconds of GPU work each at batch 64, so on CUDA the step is the launches
+(``scripts/launch_cost.py`` measures both; figures in docs/LOG.md). On the CPU a step gains from a graph too
+(``default_enabled``).
 
 :class:`StepGraphs` runs a function that only launches nncore kernels (no host reads, no ``fill``): the first
 time, it records the launches instead of running them (``nncore.kernels.Kernel`` and ``Sized`` hand their

@@ -6,7 +6,11 @@ shapes, batch buffers, dataset sizes, checkpoint positions).
 """
 from __future__ import annotations
 
-from .errors import ConfigError
+import math
+import os
+import stat
+
+from .errors import ConfigError, DataError
 
 INT32_MAX = 2**31 - 1
 CONFIG_BYTES = 1 << 20  # a config file: far above any real one, far below what would hurt to parse
@@ -60,11 +64,6 @@ def check_host_memory(need: int, what: str, field: str | None = None) -> None:
 def regular_file(path, what: str = "file") -> int:
     """``path`` must be a regular file (not a FIFO, device, socket or directory, which could block for ever or
     never end); returns its size. Raises DataError naming it."""
-    import os
-    import stat
-
-    from .errors import DataError
-
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -82,8 +81,6 @@ def regular_file(path, what: str = "file") -> int:
 
 def kernel_file(path) -> bool:
     """Files of /proc and /sys pass as regular but may block for ever (/proc/kmsg) or never end."""
-    import os
-
     real = os.path.realpath(path)
     return real.startswith(("/proc/", "/sys/"))
 
@@ -102,8 +99,6 @@ def ascii_int(text: str, what: str, minimum: int = 0) -> int:
 
 def finite_float(text: str, what: str) -> float:
     """A number argument: ASCII, finite (no nan or inf)."""
-    import math
-
     s = text.strip()
     try:
         value = float(s) if s.isascii() else math.nan

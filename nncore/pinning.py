@@ -2,9 +2,8 @@
 
 Why: Taichi 1.7's thread pool wakes all its workers at once for every parallel loop, and Linux tends to put
 woken threads on the waker's core, so the two workers of a 2-core run often shared one core for the length of a
-short loop while the other idled. Measured on the 2-core development VM (a loop of two 100 us tasks, median of
-200 launches): 287 us unpinned, i.e. one core did both tasks; 162 us pinned. Eight tasks of 25 us: 286 against
-161 us.
+short loop while the other idled: unpinned, a loop of two equal tasks took as long as one core doing both
+(docs/LOG.md).
 
 How the workers are found: ``ti.init`` creates its thread pool's N workers last, after its other threads
 (compilation and the like), so they are the last N of the threads that ``ti.init`` added to the process (a

@@ -40,15 +40,14 @@ coarse_block: int | None = 1
 # A memory-bound loop over a long array (the optimizers) runs as tasks of ``runtime.stream_run`` consecutive
 # elements, each task a plain loop (nncore/kernels/optim.py): a Taichi CPU parallel loop calls its body
 # once per iteration through a function pointer, so a loop over single elements is neither vectorised nor
-# cheap (SGD over net-1h's 814k parameters: 2.9 ms on two threads, against 0.55 ms in runs of 16,384 on one).
-# Runs of 64 KiB are also what the prefetcher follows. 1 on CUDA: a thread per element, neighbours on
+# cheap (SGD over net-1h's parameters ran about 5x faster in runs of 16,384; docs/LOG.md). Runs of 64 KiB are
+# also what the prefetcher follows. 1 on CUDA: a thread per element, neighbours on
 # neighbours.
 STREAM_TASK = 16384
 stream_run: int = STREAM_TASK
 # ``serialize=runtime.serial`` in the same ``ti.loop_config``: True on a one-thread CPU runtime, where a parallel
 # loop would still be handed to Taichi's thread pool (one worker thread) and the caller would wait for it: a
-# wake-up and a wait cost about 75 us per loop on the Intel Xeon development machine, against 15 us for a whole
-# launch of a loop run in place. False elsewhere.
+# wake-up and a wait cost several times a whole launch run in place. False elsewhere.
 serial: bool = False
 
 
@@ -272,8 +271,8 @@ def init(arch: str = "cpu-parallel", threads: int | None = None, pin: bool = Tru
         # cut into tasks of CPU_TASK iterations that free threads take in turn, and the kernels whose
         # iterations are long runs of work ask for one iteration per task (coarse_block).
         # Fast math off: with it, LLVM reassociates the GEMM micro-kernels' multiply-add chains across unrolled
-        # iterations into trees that need more registers than AVX2 has, and spills (forward 256x784x1024 on one
-        # core of the AVX2 development VM: 62 GFLOP/s with it, 77 without; net-1h's step 12% faster). The kernels
+        # iterations into trees that need more registers than AVX2 has, and spills (net-1h's step is 12% faster
+        # without it). The kernels
         # vectorise by hand, so nothing relies on reassociation, and sums keep their written order.
         kwargs = dict(arch=ti.cpu, cpu_max_num_threads=n_threads, real_matrix_scalarize=False,
                       make_cpu_multithreading_loop=False, cpu_block_dim_adaptive=False,

@@ -11,6 +11,7 @@ is refused (:class:`StoreError`) and never written.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -135,13 +136,14 @@ class Store:
             raise StoreError(f"run store {self.path}: {exc.strerror or exc}") from None
 
     # -- schema -------------------------------------------------------------------------------------------------
-    def _check(self) -> None:
-        """Refuse, reading only, a database that is not a run store or is from a newer layerlab."""
+    def _check(self) -> int | None:
+        """The store's schema version (None: an empty database, to be made a store), reading only; refuses a
+        database that is not a run store or is from a newer layerlab."""
         tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if "meta" not in tables:
             if tables - {"sqlite_sequence"}:
                 raise StoreError(f"run store {self.path}: a database, but not a layerlab run store")
-            return
+            return None
         row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         version = int(row[0]) if row and str(row[0]).isdigit() else None
         if version is None:
@@ -149,42 +151,31 @@ class Store:
         if version > SCHEMA_VERSION:
             raise StoreError(f"run store {self.path}: schema version {version} is from a newer layerlab "
                              f"(this one reads up to {SCHEMA_VERSION}); it is left as it is")
+        return version
 
     def _migrate(self) -> None:
         with self._write():
-            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if "meta" not in tables:
-                if tables - {"sqlite_sequence"}:
-                    raise StoreError(f"run store {self.path}: a database, but not a layerlab run store")
+            version = self._check()  # again, under the write lock: another process may have made it meanwhile
+            if version is None:
                 for statement in _SCHEMA:
                     self.db.execute(statement)
                 self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
                 return
-            row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            version = int(row[0]) if row and str(row[0]).isdigit() else None
-            if version is None:
-                raise StoreError(f"run store {self.path}: no schema version; not a layerlab run store")
-            if version > SCHEMA_VERSION:
-                raise StoreError(f"run store {self.path}: schema version {version} is from a newer layerlab "
-                                 f"(this one reads up to {SCHEMA_VERSION}); it is left as it is")
             for v in range(version, SCHEMA_VERSION):
                 for statement in MIGRATIONS[v]:
                     self.db.execute(statement)
                 self.db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(v + 1),))
 
+    @contextlib.contextmanager
     def _write(self):
         """A write transaction, taken at once (BEGIN IMMEDIATE) so concurrent writers queue instead of failing."""
-        store = self
-
-        class _Tx:
-            def __enter__(self):
-                store.db.execute("BEGIN IMMEDIATE")
-
-            def __exit__(self, kind, exc, tb):
-                store.db.execute("COMMIT" if kind is None else "ROLLBACK")
-                return False
-
-        return _Tx()
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
 
     def _mark_dead(self) -> None:
         host = socket.gethostname()
@@ -224,8 +215,7 @@ class Store:
                 (run_id, event["epoch"], event["steps"], event["train_loss"], event["test_loss"], event["test_acc"],
                  event.get("val_loss"), event.get("val_acc"), event["samples_per_s"], event["epoch_s"],
                  event.get("first_step_s", 0.0), event.get("comm_share"), json.dumps(event)))
-            self.db.executemany("INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?)",
-                                [(run_id, s["step"], s["epoch"], s["loss"], s["samples_per_s"]) for s in steps])
+            self._insert_steps(run_id, steps)
             self.db.executemany("INSERT OR REPLACE INTO timings VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                                 [(run_id, event["epoch"], t["index"], t["name"], t["fwd_ms"], t["bwd_ms"], t["share"],
                                   t["gflops"]) for t in event.get("timings", [])])
@@ -234,8 +224,11 @@ class Store:
         """Step events of an epoch that did not finish (a stop, a failure)."""
         if steps:
             with self._write():
-                self.db.executemany("INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?)",
-                                    [(run_id, s["step"], s["epoch"], s["loss"], s["samples_per_s"]) for s in steps])
+                self._insert_steps(run_id, steps)
+
+    def _insert_steps(self, run_id: int, steps: list[dict]) -> None:
+        self.db.executemany("INSERT OR REPLACE INTO steps VALUES (?, ?, ?, ?, ?)",
+                            [(run_id, s["step"], s["epoch"], s["loss"], s["samples_per_s"]) for s in steps])
 
     def add_points(self, run_id: int, points: list[dict]) -> None:
         with self._write():
@@ -260,16 +253,20 @@ class Store:
         if since is not None:
             where.append("r.started >= ?")
             args.append(since)
-        sql = ("SELECT r.*, (SELECT COUNT(*) FROM epochs e WHERE e.run_id = r.id) AS epochs_done, "
-               "(SELECT e.test_acc FROM epochs e WHERE e.run_id = r.id ORDER BY e.epoch DESC LIMIT 1) AS test_acc, "
-               "NULL AS samples_per_s FROM runs r" + (" WHERE " + " AND ".join(where) if where else "")
+        sql = ("SELECT * FROM runs r" + (" WHERE " + " AND ".join(where) if where else "")
                + " ORDER BY r.started DESC, r.id DESC" + (f" LIMIT {int(limit)} OFFSET {int(offset)}" if limit else ""))
         rows = [self._row(r) for r in self._query(sql, args)]
+        epochs: dict[int, list[dict]] = {row["id"]: [] for row in rows}
+        if rows:  # every listed run's epochs in one query
+            marks = ", ".join("?" * len(rows))
+            for e in self._query(f"SELECT run_id, test_acc, samples_per_s, epoch_s, first_step_s FROM epochs "
+                                 f"WHERE run_id IN ({marks}) ORDER BY run_id, epoch", list(epochs)):
+                epochs[e["run_id"]].append(dict(e))
         for row in rows:
-            epochs = self._query("SELECT samples_per_s, epoch_s, first_step_s FROM epochs WHERE run_id = ?",
-                                 (row["id"],))
-            row["samples_per_s"] = mean_rate([dict(e) for e in epochs], (row["config"] or {}).get("train", {})
-                                             .get("batch_size", 0))
+            mine = epochs[row["id"]]
+            row["epochs_done"] = len(mine)
+            row["test_acc"] = mine[-1]["test_acc"] if mine else None
+            row["samples_per_s"] = mean_rate(mine, (row["config"] or {}).get("train", {}).get("batch_size", 0))
         return rows
 
     def run(self, run_id: int) -> dict | None:

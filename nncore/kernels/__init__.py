@@ -34,10 +34,8 @@ def chunk() -> int:
 
 
 # A call whose estimated single-thread time (ns) is below this runs its loops in place, on the calling thread:
-# handing a loop to Taichi's thread pool costs about 15 us of wake-up and wait on the 2-core development VM with
-# the workers pinned (a trivial kernel: 41 us a launch through the pool, 26 in place; 75 us before pinning,
-# when both workers often woke on one core), and two threads can save at most half of the work. The estimates
-# (``sized``) are single-thread times measured there, within about 30%.
+# handing a loop to Taichi's thread pool costs about 15 us of wake-up and wait (docs/LOG.md), and two threads can
+# save at most half of the work. The estimates (``sized``) are single-thread times, within about 30%.
 IN_PLACE_NS = 40_000
 
 

@@ -58,7 +58,7 @@ def relu_backward(dinp: F2, dout: F2, out: F2, chunk: ti.i32):
 @ti.func
 def sigmoid(x):
     # exp of -|x| only, so it never overflows; and no branch on the sign, which random inputs mispredict half
-    # the time (this took the CPU forward from 2.3 to 1.05 ms for 256 x 1024 values on one core).
+    # the time (the branch-free form is about twice as fast on the CPU).
     e = ti.exp(-ti.abs(x))
     s = 1.0 / (1.0 + e)
     return ti.select(x >= 0.0, s, e * s)

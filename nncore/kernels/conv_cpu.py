@@ -59,8 +59,8 @@ def pad_input(xp: F2, inp: F2, n_c: ti.i32, h: ti.i32, w: ti.i32, ph: ti.i32, pw
 def _pooled(oc, pos, n_oc, n_pos, cl_out: ti.template()):
     """Where pooled output (channel oc, position pos = py*PW + px) sits in a sample's row: channel-major, as
     Flatten and PyTorch order it, or channels-last when a Linear that reads it that way follows (nncore.fusion:
-    a pooled position's 16 channels are then one contiguous run; the channel-major stores, each channel's value
-    to its own region, ran 1.5x slower than these on two threads)."""
+    a pooled position's 16 channels are then one contiguous run, where channel-major stores scatter each
+    channel's value to its own region)."""
     i = oc * n_pos + pos
     if ti.static(cl_out):
         i = pos * n_oc + oc

@@ -15,8 +15,8 @@ def gather_rows(out: F2, labels_out: I1, src: F2, labels: I1, order: I1, start: 
         for b in labels_out:
             labels_out[b] = labels[order[start + b]]
     else:
-        # CPU: a task copies a row, 16 floats per move (per-element loops ran 3x slower: Taichi reloads an
-        # ndarray's address after every store into another one, so each store waits on a trip through memory).
+        # CPU: a task copies a row, 16 floats per move (per-element loops are several times slower: Taichi reloads
+        # an ndarray's address after every store into another one, so each store waits on a trip through memory).
         n = out.shape[1]
         ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
         for b in range(out.shape[0]):

@@ -11,8 +11,7 @@ fixed offsets from one address. Both staged operands are block-major, so a tile 
 sequentially through memory:
 - panels, ``a[mb, k]``: rows mb*16..mb*16+15 of A at column k (``panels_shape``);
 - strips, ``b[nb, k]``: columns nb*16..nb*16+15 of B at row k (``strips_shape``).
-(Row-major staging, ``b[k, nb]``, had a tile step through B one 4 KiB-strided line per k: forward 256x784x1024
-84 -> 98 GFLOP/s on one core from the change, 68 -> 88 at batch 64.)
+(Row-major staging, ``b[k, nb]``, would have a tile step through B one 4 KiB-strided line per k.)
 
 Staging per product (all O(size of an operand), against the product's O(M*N*K)):
 - forward, out = act(inp @ W^T + b): A = inp as panels (``stage_panels``), B = W^T as strips, which are W's
@@ -52,15 +51,13 @@ def _rows() -> int:
 
     AVX-512 has 32 registers of 16 floats: the whole tile is one register tile (16 accumulators). AVX2 has 16
     registers of 8 floats, so a 16-wide row takes two: 16 rows would need 32 accumulators and spill to the stack.
-    Measured on the AMD EPYC (AVX2) development VM, forward 256 x 784 -> 1024 on one thread, fast math off (see
-    runtime.init): 16 rows 36-58 GFLOP/s, 8 rows 61-64, 6 rows 74-79, 4 rows 74-77 (66-70 again in a later run,
-    beside 66-70 for 6, 6 and 4). On an AVX-512 Xeon (the lent H100's host) 16 rows gave 67 GFLOP/s and 6 rows 62.
+    Row groups of 6, 6 and 4 keep AVX2's accumulators in registers (on AVX2, 16-row tiles ran at about 60% of
+    6-row ones; figures in docs/LOG.md).
 
     A kernel holds one register tile's code and loops over a tile's row groups at run time (the group's first
     row is a run-time lane of A's panel vector, which LLVM loads as a scalar broadcast). The groups unrolled
-    (6, 6 and 4 rows) ran the forward no faster and the backward products 3-7% faster, but the machine code that
-    Taichi regenerates from its offline cache at every start took 2.5x as long for net-1h's five products
-    (1.36 s against 0.55: docs/PERFORMANCE.md, "The AMD EPYC, the next session")."""
+    (6, 6 and 4 rows) gained little at run time, but the machine code that Taichi regenerates from its offline
+    cache at every start took 2.5x as long (docs/LOG.md)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             avx512 = any(line.startswith("flags") and " avx512f" in line for line in fh)
@@ -92,7 +89,7 @@ def staging_pays(n_out: int) -> bool:
 @ti.func
 def _exp_neg(x):
     """e^x = scale * (1 + q) for x <= 0, on a 16-wide vector, in vector arithmetic (libm's expf runs one lane at
-    a time: the sigmoid of 256 x 1,024 values took 0.9 ms on one core with it, 0.38 with this); returns
+    a time, 2.4x slower for a sigmoid); returns
     (scale, q). x = n ln2 + r with n the nearest integer to x / ln2 (read from the bits of x / ln2 + 1.5 * 2^23,
     as integers: in floating point, fast math would fold the rounding away), scale = 2^n built in the exponent
     bits, q = e^r - 1 by its Taylor polynomial to r^6 (|r| <= ln2 / 2: relative error below 2e-7). Keeping q
@@ -197,8 +194,8 @@ def weight_strips(wv: VA2, params: F1, w_off: ti.i32, n: ti.i32, cl_c: ti.i32):
 
 
 # The two staging kernels below read whole rows (a task per 16 rows of the batch) and write each row's 16-wide
-# pieces into every strip. Tasks per strip, walking down a column of x, were 2-5x slower: rows of 1,024 floats
-# are 4 KiB apart, and the hardware prefetcher does not follow a stream across pages.
+# pieces into every strip. Tasks per strip would walk down a column of x: rows of 1,024 floats are 4 KiB apart,
+# and the hardware prefetcher does not follow a stream across pages.
 @sized(lambda xs, x: 2 * n_elems(x))
 def stage_strips(xs: VA2, x: F2):
     # xs: (ceil(N / 16), B) 16-wide vectors <- x: (B, N) f32, xs[nb, b][l] = x[b, nb*16 + l], zero past N
@@ -219,7 +216,7 @@ def _bias_grad(ds: ti.template(), dparams: ti.template(), b_off, n, n_b):
         db = V(0.0)
         for b in range(n_b):
             db += ds[ob, b]
-        for l in ti.static(range(L)):  # (a loop over l reading db[l] at run time: 7x the compile time in place)
+        for l in ti.static(range(L)):  # (unrolled: a run-time loop over l here compiles several times slower)
             if ob * L + l < n:
                 dparams[b_off + ob * L + l] = db[l]
 
@@ -323,7 +320,7 @@ def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_o
     for nb in range(nt):
         # A task takes 16 columns of W^T for every row of the batch: it packs them itself, so the panel (50 KiB
         # at IN = 784) is still in its core's cache for the 16 tiles that read it (a separate packing kernel
-        # wrote all of W's panels out to memory first: 0.4-0.5 ms a step at net-1h's size), and it reads it
+        # would write all of W's panels out to memory first), and it reads it
         # from there once for the whole batch (tasks of single tiles had both cores fetch each panel).
         _pack_weight_panel(wt, params, w_off, nb, n_n, cl_c)
         bias = _bias(params, b_off, nb * L, n_n)
@@ -357,9 +354,8 @@ def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, w_off: ti.i32, m_n: ti.i32
     # dparams[w_off:]: dW (OUT, IN) = dz^T @ inp   ds: dz's strips (stage_dz)   xs: the layer input's strips
     # (stage_strips); m_n = OUT, n_n = IN; cl_c: see _column. (The bias gradient comes with stage_dz.)
     # A task takes a row of tiles (by_rows) or a column, along dW's longer side (``dweight_by_rows``), and holds
-    # one strip of the other side in its core's cache for all of its tiles. (Tasks of single tiles: 1.39 ms on
-    # two threads for net-1h's 1,024 x 784 at batch 64; rows or columns of tiles 1.25-1.30, the same on one
-    # thread. Choosing between rows and columns at run time in one loop cost 3%.)
+    # one strip of the other side in its core's cache for all of its tiles (about 8% faster than tasks of
+    # single tiles; docs/LOG.md). by_rows is a template argument: choosing at run time in the loop cost more.
     mt, nt = ds.shape[0], xs.shape[0]
     if ti.static(by_rows):
         ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
@@ -386,7 +382,7 @@ KB = 256  # the direct forward sums its long inner products in blocks of this ma
 def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i32):
     # As linear_forward_cpu with no activation, A's scalars read from inp itself (see ``staging_pays``)
     # Each row's sum is taken in blocks of KB terms, each block summed on its own and then added: the cnn's
-    # 10,816-term sums in one running total lost 2.6x more to float32 rounding than PyTorch's logits did.
+    # 10,816-term sums in one running total lost several times more to float32 rounding than PyTorch's logits.
     m_n, n_n, k_n = out.shape[0], out.shape[1], inp.shape[1]
     mt, nt = (m_n + L - 1) // L, wt.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)

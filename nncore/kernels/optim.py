@@ -32,8 +32,8 @@ def sgd_step(params: F1, velocity: F1, grads: F1, lr: ti.f32, momentum: ti.f32, 
 def adam_step(params, m, v, grads, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
               bias_c1: float, sqrt_bias_c2: float) -> None:
     """One Adam step; bias_c1 = 1 - beta1**t and sqrt_bias_c2 = sqrt(1 - beta2**t). The scalars are combined
-    here in double precision, as PyTorch does: 1 - beta formed in float32 from the rounded beta
-    (1 - 0.999f = 0.00099999) made every update 6.5e-6 too large."""
+    here in double precision, as PyTorch does: 1 - beta formed in float32 from the rounded beta is off by
+    6.5e-6 relatively (1 - 0.999f = 0.00099999), and so was every update."""
     adam_update(params, m, v, grads, lr / bias_c1, 1.0 - beta1, beta2, 1.0 - beta2, eps, weight_decay, sqrt_bias_c2)
 
 
@@ -42,7 +42,7 @@ def adam_update(params: F1, m: F1, v: F1, grads: F1, step_size: ti.f32, one_m_be
                 one_m_beta2: ti.f32, eps: ti.f32, weight_decay: ti.f32, sqrt_bias_c2: ti.f32):
     # params, m, v, grads: (P,) f32; step_size = lr / (1 - beta1**t), one_m_beta* = 1 - beta*, from adam_step.
     # m as PyTorch's lerp, m + (1 - beta1)(g - m): its weights sum to exactly 1, where beta1 * m + (1 - beta1) * g
-    # with both rounded to f32 (0.9f + 0.1f = 1 - 2.2e-8) shrank every update by 2e-7.
+    # with both rounded to f32 does not (0.9f + 0.1f < 1) and shrinks every update.
     n, run = params.shape[0], runtime.stream_run
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range((n + run - 1) // run):

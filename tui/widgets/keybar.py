@@ -2,7 +2,7 @@
 
 It shows what Textual's Footer shows (the first active binding of each action, a disabled one dimmed, the
 command palette's key on the right) but draws it as one Text instead of a widget per key, which Textual's
-Footer rebuilds at every focus change: that was 40% of the time a view switch took. A click on a key presses it.
+Footer rebuilds at every focus change (a large share of a view switch's time). A click on a key presses it.
 """
 from __future__ import annotations
 
