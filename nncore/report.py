@@ -32,6 +32,7 @@ def rank_table(ranks: list[dict]) -> list[str]:
 class TextReporter:
     def __init__(self, out: TextIO = sys.stdout, quiet: bool = False, progress: bool | None = None):
         self.out, self.quiet = out, quiet
+        self.epochs: list[dict] = []  # the run's epoch_end events, for its training rate
         self.progress = (not quiet and sys.stderr.isatty()) if progress is None else progress
         self.last_epoch: EpochEnd | None = None
         self.started: RunStarted | None = None
@@ -59,6 +60,7 @@ class TextReporter:
             self._bar(event)
         elif isinstance(event, EpochEnd):
             self.last_epoch = event
+            self.epochs.append(event.to_dict())
             self._t_epoch = time.perf_counter()
             if not self.quiet:
                 val = f"  val loss {event.val_loss:.4f} acc {event.val_acc:.4f}" if event.val_acc is not None else ""
@@ -96,5 +98,9 @@ class TextReporter:
         saved = f"; weights saved to {event.weights}" if event.weights else ""
         acc = ("no evaluation yet" if event.test_acc is None else
                f"test acc {event.test_acc:.4f} (best {event.best_test_acc:.4f})")
-        rate = "" if event.samples_per_s is None else f"{event.samples_per_s:,.0f} samples/s, "
+        from .store import mean_rate
+
+        batch = self.started.config["train"]["batch_size"] if getattr(self, "started", None) else 0
+        per_s = mean_rate(self.epochs, batch) if self.epochs else event.samples_per_s  # step 1 (compiling)
+        rate = "" if per_s is None else f"{per_s:,.0f} samples/s, "  # left out, as the run store and the app do
         self._line(f"{state}: {event.epochs} epoch(s), {event.steps} steps, {acc}, {rate}{event.total_s:.1f} s{saved}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 import sys
 import time
 from datetime import datetime
@@ -80,7 +81,30 @@ def _show(store: Store, args) -> int:
                 print(f"  {t['name']:<24} fwd {t['fwd_ms']:8.3f} ms  bwd {t['bwd_ms']:8.3f} ms  {100 * t['share']:5.1f}%")
     for p in run["points"]:
         print("point: " + json.dumps(p))
+    _charts(args, [run])
     return 0
+
+
+def _charts(args, runs: list[dict]) -> None:
+    """Loss and accuracy curves (training runs), or samples/s against batch size (a sweep or benchmark), drawn
+    in the terminal; plain text where the output is not a terminal, none with --no-chart."""
+    if getattr(args, "no_chart", False):
+        return
+    from . import charts
+
+    width = max(40, min(shutil.get_terminal_size((100, 24)).columns, 120))
+    color = sys.stdout.isatty()
+    train = [r for r in runs if r["kind"] == "train" and (r["steps"] or r["epochs"])]
+    if train:
+        single = len(train) == 1
+        curves = [charts.Curves.from_run(r, None if single else f"#{r['id']}") for r in train]
+        print()
+        print(charts.render(charts.draw_loss, curves, width=width, height=16, color=color))
+        print(charts.render(charts.draw_accuracy, curves, width=width, height=12, color=color))
+    points = [p for r in runs if r["kind"] != "train" for p in r["points"] if "batch" in p and "samples_per_s" in p]
+    if points:
+        print()
+        print(charts.render(charts.draw_throughput, points, width=width, height=16, color=color))
 
 
 def _mean_rate(run: dict) -> float | None:
@@ -105,6 +129,7 @@ def _compare(store: Store, args) -> int:
               f"{r['status']:<9} {r['epochs']:>6} {_num(r['test_acc'], '.4f'):>8} "
               f"{_num(r['samples_per_s'], ',.0f'):>11} {_num(r['speedup'], '.2f'):>8}")
     print(f"speedup: samples/s over run {runs[0]['id']}'s")
+    _charts(args, runs)
     return 0
 
 
@@ -119,19 +144,24 @@ def export_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def export_text(runs: list[dict], fmt: str) -> str:
+    """Stored runs (``Store.run``) as CSV (a row per run and epoch) or JSON (each run whole)."""
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=EPOCH_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(export_rows(runs))
+        return out.getvalue()
+    return json.dumps(runs, indent=1) + "\n"
+
+
 def _export(store: Store, args) -> int:
     if not args.ids and not args.all:
         raise ConfigError("runs export: give run ids, or --all")
     ids = [r["id"] for r in store.runs()] if args.all else args.ids
     runs = [_get(store, i) for i in ids]
-    if args.csv is not None:
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=EPOCH_COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(export_rows(runs))
-        text, target = out.getvalue(), args.csv
-    else:
-        text, target = json.dumps(runs, indent=1) + "\n", args.json
+    text = export_text(runs, "csv" if args.csv is not None else "json")
+    target = args.csv if args.csv is not None else args.json
     if target == "-":
         sys.stdout.write(text)
         return 0

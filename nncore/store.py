@@ -23,6 +23,7 @@ from .errors import LayerlabError
 
 SCHEMA_VERSION = 1
 STATUSES = ("running", "finished", "stopped", "failed", "died")
+MEMORY = ":memory:"
 
 _SCHEMA = [
     """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
@@ -114,20 +115,23 @@ class Store:
     """One open run store. ``Store(path)`` opens (creating it if absent), migrates, and marks dead runs."""
 
     def __init__(self, path=None, timeout: float = 30.0):
+        """``path`` ``":memory:"``: a store of this process only (the app's when the file cannot be used)."""
+        self.memory = path == MEMORY
         self.path = Path(path) if path is not None else default_path()
         from .limits import kernel_file
 
-        if (self.path.exists() and not self.path.is_file()) or kernel_file(self.path):  # could block for ever
-            raise StoreError(f"run store {self.path}: not a regular file")
+        if not self.memory and ((self.path.exists() and not self.path.is_file()) or kernel_file(self.path)):
+            raise StoreError(f"run store {self.path}: not a regular file")  # a FIFO could block for ever
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
+            if not self.memory:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(MEMORY if self.memory else self.path, timeout=timeout, isolation_level=None)
             self._check()  # before anything could write to a file that is not ours
             self.db.execute("PRAGMA foreign_keys = ON")
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.execute("PRAGMA synchronous = NORMAL")  # WAL: a killed process loses no commit
             self._migrate()
-            self._mark_dead()
+            self.mark_dead()
         except sqlite3.OperationalError as exc:
             raise StoreError(f"run store {self.path}: {exc}") from None
         except sqlite3.DatabaseError as exc:
@@ -177,7 +181,8 @@ class Store:
             raise
         self.db.execute("COMMIT")
 
-    def _mark_dead(self) -> None:
+    def mark_dead(self) -> None:
+        """Runs left "running" on this host by a process that is gone: died."""
         host = socket.gethostname()
         rows = self.db.execute("SELECT id, pid, pid_start FROM runs WHERE status = 'running' AND host = ?",
                                (host,)).fetchall()
@@ -236,6 +241,12 @@ class Store:
             self.db.executemany("INSERT INTO points VALUES (?, ?, ?)",
                                 [(run_id, start + i, json.dumps(p, default=str)) for i, p in enumerate(points)])
 
+    def mark_died(self, run_id: int, error: str) -> None:
+        """A run whose process was seen to die (the app's child): died now, not at the next open."""
+        with self._write():
+            self.db.execute("UPDATE runs SET status = 'died', ended = ?, error = COALESCE(error, ?) "
+                            "WHERE id = ? AND status = 'running'", (time.time(), error, run_id))
+
     def remove(self, run_ids: list[int]) -> int:
         with self._write():
             cur = self.db.executemany("DELETE FROM runs WHERE id = ?", [(i,) for i in run_ids])
@@ -267,7 +278,13 @@ class Store:
             row["epochs_done"] = len(mine)
             row["test_acc"] = mine[-1]["test_acc"] if mine else None
             row["samples_per_s"] = mean_rate(mine, (row["config"] or {}).get("train", {}).get("batch_size", 0))
+            if row["samples_per_s"] is None and isinstance(row.get("summary"), dict):  # no epoch ended: the
+                row["samples_per_s"] = row["summary"].get("samples_per_s")  # trainer's own rate is all there is
+            row["s_per_epoch"] = mean_epoch_s(mine)
         return rows
+
+    def count(self) -> int:
+        return self._query("SELECT COUNT(*) AS n FROM runs")[0]["n"]
 
     def run(self, run_id: int) -> dict | None:
         found = self._query("SELECT * FROM runs WHERE id = ?", (run_id,))
@@ -309,6 +326,15 @@ def mean_rate(epochs: list[dict], batch: int) -> float | None:
     if first and seconds > first and samples > batch:
         seconds, samples = seconds - first, samples - batch
     return samples / seconds if seconds > 0 else None
+
+
+def mean_epoch_s(epochs: list[dict]) -> float | None:
+    """Mean training time of the epochs, step 1 left out as in :func:`mean_rate`; None without an epoch."""
+    if not epochs:
+        return None
+    seconds = sum(e["epoch_s"] for e in epochs)
+    first = sum(e.get("first_step_s") or 0.0 for e in epochs)
+    return (seconds - first if seconds > first else seconds) / len(epochs)
 
 
 class Recorder:

@@ -8,6 +8,7 @@ escape a handler: :mod:`tui.guard`.
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from pathlib import Path
 
@@ -19,7 +20,9 @@ from tui import compat  # noqa: F401 (fixes to Textual, before anything is built
 from nncore.config import RunConfig, check_run, load_config, preset_configs
 from nncore.errors import ConfigError, LayerlabError
 from nncore.fileio import write_atomic
+from nncore.runscli import export_text
 from nncore.runtime import available_archs
+from nncore.store import MEMORY, Recorder, Store, StoreError
 from tui.child import RunHandle, distributed_main, sweep_main
 from tui.guard import GuardedApp
 from tui.keys import APP_KEYS, TAB_TITLES, TABS, bindings
@@ -30,8 +33,9 @@ from tui.panes.settings import SettingsPane
 from tui.panes.train import TrainPane
 from tui.screens.help import HelpScreen
 from tui.screens.path import PathScreen
+from tui.screens.pick import ConfirmScreen
 from tui.widgets.keybar import KeyBar
-from tui.state import Draft, RunRecord, export_runs, spec_key, update_speedups
+from tui.state import Draft, RunRecord, spec_key
 
 DEFAULT_CONFIG = "quadrant"
 HOME = {"model": "#layers", "settings": "#dataset", "train": "#start", "runs": "#runs-table",
@@ -44,8 +48,13 @@ class LayerlabApp(GuardedApp):
     TITLE = "layerlab"
     BINDINGS = bindings(APP_KEYS)
 
-    def __init__(self, config: str | None = None, save_dir: str | Path | None = None):
+    def __init__(self, config: str | None = None, save_dir: str | Path | None = None, store: str | bool | None = None):
+        """``store``: the run store's path (None: the default one; False: none, as ``--no-store``)."""
         super().__init__()
+        self.store_arg = store
+        self.store = self.recorder = None
+        self.child_store: str | None = None  # where the training process records its run (None: the app does)
+        self.store_note = ""
         self.config_name = config or DEFAULT_CONFIG
         self.save_dir = Path(save_dir) if save_dir is not None else paths.default_save_dir()
         self.draft = Draft()
@@ -72,6 +81,7 @@ class LayerlabApp(GuardedApp):
         yield KeyBar(id="keys")
 
     def on_mount(self) -> None:
+        self._open_store()
         self.query_one(TrainPane).reset()
         if not self.open_config(self.config_name) and self.config_name != DEFAULT_CONFIG:
             self.open_config(DEFAULT_CONFIG)
@@ -79,9 +89,26 @@ class LayerlabApp(GuardedApp):
         self.set_interval(0.05, self._poll)
         self._update_controls()
 
+    def _open_store(self) -> None:
+        """The run store the Runs view reads and the runs are recorded in. One that cannot be used (damaged, from
+        a newer layerlab, --no-store) leaves the app without history: it says so, and keeps this session's runs
+        in a store in memory that the app records itself."""
+        if self.store_arg is not False:
+            try:
+                self.store = Store(self.store_arg)
+                self.child_store = str(self.store.path)
+                return
+            except StoreError as exc:
+                self.store_note = f"✗ {exc}; no history: this session's runs are kept until you quit"
+                self.notify(self.store_note, severity="error", timeout=20, markup=False)
+        else:
+            self.store_note = "no run store (--no-store): this session's runs are kept until you quit"
+        self.store = Store(MEMORY)
+
     def on_resize(self, event) -> None:
         """A tall terminal gives the curves more rows (Textual's CSS has no media queries)."""
         self.screen.set_class(event.size.height >= 36, "-tall")
+        self.query_one(TrainPane).set_tall(event.size.height >= 36)
 
     # -- configs ----------------------------------------------------------------------------------------------
     def open_config(self, name: str) -> bool:
@@ -154,13 +181,26 @@ class LayerlabApp(GuardedApp):
                        check=refused)
 
     def action_export(self) -> None:
-        if not self.runs:
+        """The marked runs, or every run in the store, as CSV (a row per epoch) or JSON (each run whole)."""
+        pane = self.query_one(RunsPane)
+        if not pane.rows:
             self.notify("no runs to export yet", severity="warning")
             return
+        marked = pane.marked and pane.chosen()
+        what = f"{len(marked)} marked run(s)" if marked else f"all {pane.total:,} run(s)"
+
+        def write(path: Path) -> None:
+            try:
+                ids = [r["id"] for r in marked] if marked else [r["id"] for r in self.store.runs()]
+                runs = [r for r in (self.store.run(i) for i in ids) if r is not None]
+            except StoreError as exc:
+                self.notify(f"not exported: {exc}", severity="error", markup=False)
+                return
+            self._write(path, export_text(runs, "json" if path.suffix.lower() == ".json" else "csv"),
+                        f"{len(runs)} run(s)" if len(runs) != 1 else "1 run")
+
         name = f"layerlab-runs-{time.strftime('%Y%m%d-%H%M%S')}.csv"
-        self._ask_path("Export the runs (.csv or .json)", name, (".csv", ".json"),
-                       lambda p: self._write(p, export_runs(self.runs, p.suffix.lower()[1:]),
-                                             f"{len(self.runs)} run(s)" if len(self.runs) > 1 else "1 run"))
+        self._ask_path(f"Export {what} (.csv or .json)", name, (".csv", ".json"), write)
 
     # -- runs -------------------------------------------------------------------------------------------------
     def _run_config(self) -> dict:
@@ -197,7 +237,9 @@ class LayerlabApp(GuardedApp):
         self.current = RunRecord(name, tr["arch"], tr["threads"] or 0, tr["batch_size"], config=cfg,
                                  spec_key=spec_key(cfg["model"]), ranks=tr.get("ranks", 1))
         self.runs.append(self.current)
-        self.handle = RunHandle(cfg, target=distributed_main if self.current.ranks > 1 else None)
+        self.handle = RunHandle(cfg, target=distributed_main if self.current.ranks > 1 else None,
+                                store=self.child_store)
+        self.recorder = Recorder(self.store, name, cfg) if self.child_store is None else None
         self.paused, self.steps_total, self.epochs_total = False, 0, tr["epochs"]
         self.started_at, self.paused_s = self.clock(), 0.0
         self.query_one(TrainPane).reset(None, boundary=cfg["model"].get("input") == [2] and self.current.ranks == 1)
@@ -256,6 +298,8 @@ class LayerlabApp(GuardedApp):
 
     def _run_message(self, msg: dict) -> None:
         pane, run, kind = self.query_one(TrainPane), self.current, msg["event"]
+        if self.recorder is not None:  # no store for the child: the app keeps the session's runs itself
+            self.recorder(msg)
         if kind == "run_started":
             self.steps_total = msg["steps_per_epoch"] * msg["config"]["train"]["epochs"]
             self.epochs_total = msg["config"]["train"]["epochs"]
@@ -263,7 +307,9 @@ class LayerlabApp(GuardedApp):
             if self.paused:
                 self.paused_at = self.started_at
             run.arch, run.threads = msg["arch"], msg["threads"]
+            pane.set_steps_per_epoch(msg["steps_per_epoch"])
             pane.query_one("#progress").update(total=self.steps_total, progress=0)
+            self._show_runs()
             self._update_controls()
         elif kind == "step":
             pane.on_step(msg, self.steps_total, self.epochs_total, self._active_s())
@@ -287,6 +333,8 @@ class LayerlabApp(GuardedApp):
     def _end_run(self, status: str, text: str, error: bool = False, steps: int = 0) -> None:
         if self.current is not None:
             self.current.status = status
+        if status == "died":
+            self._store_died(text)
         if self.handle is not None:
             self.handle.send("stop")
             self.retiring.append((self.handle, time.monotonic() + 5.0))
@@ -295,6 +343,17 @@ class LayerlabApp(GuardedApp):
         self.notify(text, severity="error" if error or status == "died" else "information", timeout=10, markup=False)
         self._show_runs()
         self._update_controls(text)
+
+    def _store_died(self, text: str) -> None:
+        """The training process died: its run in the store is marked so now (its finished epochs stay)."""
+        try:
+            if self.recorder is not None and self.recorder.run_id is not None:
+                self.store.mark_died(self.recorder.run_id, text)
+            elif self.handle is not None:
+                self.handle.proc.join(1.0)  # reaped: its pid no longer answers
+                self.store.mark_dead()
+        except (StoreError, sqlite3.Error) as exc:
+            self.notify(f"run store: {exc}", severity="warning", markup=False)
 
     # -- sweeps -------------------------------------------------------------------------------------------------
     def action_sweep(self) -> None:
@@ -315,8 +374,8 @@ class LayerlabApp(GuardedApp):
             pane.refuse(ConfigError(f"{unavailable[0]} is unavailable: {self.archs[unavailable[0]].reason}",
                                     field="sweep-archs"))
             return
-        self.sweeper = RunHandle({**job, "model": self.draft.spec(self.query_one(SettingsPane).data)},
-                                 target=sweep_main)
+        self.sweeper = RunHandle({**job, "model": self.draft.spec(self.query_one(SettingsPane).data),
+                                  "name": self.draft.name}, target=sweep_main, store=self.child_store)
         self.action_show_tab("analysis")
         pane.progress(0, None, "starting…")
 
@@ -329,6 +388,11 @@ class LayerlabApp(GuardedApp):
                 pane.progress(msg["i"], msg["n"], msg["what"])
             elif msg["event"] == "sweep_done":
                 pane.show(msg["points"], msg["amdahl"])
+                if self.child_store is None:
+                    self._record_sweep(msg)
+                self._show_runs()
+            elif msg["event"] == "store_warning":
+                self.notify(msg["message"], severity="warning", timeout=12, markup=False)
                 pane.progress(1, 1, f"done: {len(msg['points'])} points")
             elif msg["event"] == "sweep_failed":
                 pane.progress(0, 1, f"✗ sweep failed: {msg['error']}")
@@ -338,6 +402,15 @@ class LayerlabApp(GuardedApp):
                 pane.progress(0, 1, f"✗ the sweep process died (exit code {self.sweeper.exitcode()})")
             self.retiring.append((self.sweeper, time.monotonic() + 5.0))
             self.sweeper = None
+
+    def _record_sweep(self, msg: dict) -> None:
+        try:
+            run_id = self.store.begin("sweep", self.draft.name, {"model": self.draft.spec()}, arch=",".join(
+                sorted({p["arch"] for p in msg["points"]})))
+            self.store.add_points(run_id, msg["points"])
+            self.store.update(run_id, status="finished", ended=time.time())
+        except (StoreError, sqlite3.Error) as exc:
+            self.notify(f"run store: sweep not kept ({exc})", severity="warning", markup=False)
 
     def _reap(self) -> None:
         """Join finished processes without waiting; kill one that outlives its grace period."""
@@ -351,20 +424,64 @@ class LayerlabApp(GuardedApp):
         self.retiring = keep
 
     def _show_runs(self) -> None:
-        update_speedups(self.runs)
-        self.query_one(RunsPane).show(self.runs)
+        self.query_one(RunsPane).load(self.store, self.store_note)
+
+    def action_toggle_mark(self) -> None:
+        self.query_one(RunsPane).toggle_mark()
 
     def action_rerun(self) -> None:
-        i = self.query_one(RunsPane).selected()
-        if not 0 <= i < len(self.runs):
+        """The selected run's config again, on the next backend."""
+        pane = self.query_one(RunsPane)
+        run_id = pane.selected_id()
+        row = next((r for r in pane.rows if r["id"] == run_id), None)
+        if row is None:
             self.notify("no run selected to rerun", severity="warning")
+            return
+        if row["kind"] != "train" or not {"model", "data", "train"} <= set(row["config"]):
+            self.notify(f"run #{row['id']} is a {row['kind']}: run sweeps from the Analysis view and benchmarks "
+                        "with `layerlab bench`", severity="warning")
             return
         if self.handle is not None or self.sweeper is not None:
             self.notify("wait for the current run or sweep to end", severity="warning")
             return
-        old = self.runs[i]
-        cfg = {**old.config, "train": {**old.config["train"], "arch": self._next_arch(old.arch)}}
-        self.start_run(cfg, old.network)
+        cfg = {k: row["config"][k] for k in ("model", "data", "train", "source") if k in row["config"]}
+        cfg["train"] = {**cfg["train"], "arch": self._next_arch(row["arch"])}
+        try:
+            check_run(RunConfig(**cfg))
+        except (LayerlabError, TypeError) as exc:
+            self.notify(f"run #{row['id']} cannot run again: {exc}", severity="error", markup=False)
+            return
+        self.start_run(cfg, row["network"])
+
+    def action_delete_runs(self) -> None:
+        """The marked runs, or the selected one, out of the store (asked first; a running run is refused)."""
+        pane = self.query_one(RunsPane)
+        chosen = pane.chosen()
+        if not chosen:
+            self.notify("no run selected to delete", severity="warning")
+            return
+        running = [r["id"] for r in chosen if r["status"] == "running"]
+        if running:
+            self.notify(f"run #{running[0]} is running: stop it before deleting it", severity="warning")
+            return
+        ids = [r["id"] for r in chosen]
+        names = ", ".join(f"#{i}" for i in ids[:6]) + (" …" if len(ids) > 6 else "")
+
+        def delete(yes: bool | None) -> None:
+            if not yes:
+                return
+            try:
+                self.store.remove(ids)
+            except (StoreError, sqlite3.Error) as exc:
+                self.notify(f"not deleted: {exc}", severity="error", markup=False)
+                return
+            pane.forget(ids)
+            self._show_runs()
+            self.notify(f"deleted run{'s' if len(ids) > 1 else ''} {names}", markup=False)
+
+        where = "memory" if self.store.memory else str(self.store.path)
+        self.open_dialog(ConfirmScreen(f"Delete run{'s' if len(ids) > 1 else ''} {names} from {where}? "
+                                       "This cannot be undone."), delete)
 
     def _next_arch(self, arch: str) -> str:
         names = [n for n, s in self.archs.items() if s.available]
@@ -472,7 +589,9 @@ class LayerlabApp(GuardedApp):
             else:
                 yield SystemCommand(key.label if key.action != "start" else "Start training", key.does,
                                     getattr(self, f"action_{key.action}"))
-        yield SystemCommand("Export runs", "Write the Runs table as CSV or JSON", self.action_export)
+        yield SystemCommand("Export runs", "Write the marked runs (or all) as CSV or JSON", self.action_export)
+        yield SystemCommand("Delete runs", "Delete the marked runs (or the selected one) from the store",
+                            self.action_delete_runs)
         yield SystemCommand("Rerun", "Rerun the selected run on the next backend", self.action_rerun)
         yield SystemCommand("Run a sweep", "Scaling sweep of the network in the editor (Analysis view)",
                             self.action_sweep)
@@ -503,9 +622,15 @@ class LayerlabApp(GuardedApp):
         for handle, _ in self.retiring:  # quitting may wait: stop each run cleanly, kill what will not stop
             handle.shutdown(timeout=3.0)
         self.retiring = []
+        if self.store is not None:
+            try:
+                self.store.mark_dead()  # a run that would not stop was killed: it died
+            except (StoreError, sqlite3.Error):
+                pass
+            self.store.close()
         self.exit()
 
 
-def run_app(config: str | None = None) -> int:
-    LayerlabApp(config).run()
+def run_app(config: str | None = None, store: str | bool | None = None) -> int:
+    LayerlabApp(config, store=store).run()
     return 0

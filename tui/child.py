@@ -84,15 +84,16 @@ def _silence_stdio() -> None:
     os.close(devnull)
 
 
-def child_main(cfg: dict, conn: Connection, boundary: bool) -> None:
-    """Entry point of the training process."""
+def child_main(cfg: dict, conn: Connection, boundary: bool, store: str | None = None) -> None:
+    """Entry point of the training process; it records the run in the run store at ``store`` (None: not at
+    all, the app keeps it)."""
     _silence_stdio()
     from nncore.config import RunConfig
     from nncore.events import EpochEnd, RunFailed, RunStarted
     from nncore.train import Trainer
 
     ctl = _Controller(conn)
-    recorder = _recorder(cfg, conn)
+    recorder = _recorder(cfg, conn, store) if store is not None else None
 
     def emit(event) -> None:
         if recorder is not None:  # this process trains, so it records (each epoch in one transaction)
@@ -112,19 +113,25 @@ def child_main(cfg: dict, conn: Connection, boundary: bool) -> None:
         conn.close()
 
 
-def _recorder(cfg: dict, conn: Connection):
-    """A Recorder into the run store, or None with a warning to the app (it trains on without history)."""
-    from nncore.store import Recorder, Store, StoreError
-
-    def warn(message: str) -> None:
-        conn.send(json.dumps({"event": "store_warning", "message": message}))
+def _open_store(path: str, conn: Connection):
+    """The run store at ``path``, or None with a warning to the app (the work goes on without history)."""
+    from nncore.store import Store, StoreError
 
     try:
-        store = Store()
+        return Store(path)
     except StoreError as exc:
-        warn(f"{exc}; this run is not recorded")
+        conn.send(json.dumps({"event": "store_warning", "message": f"{exc}; not recorded"}))
         return None
-    return Recorder(store, str(cfg.get("source") or "run"), cfg, warn=warn)
+
+
+def _recorder(cfg: dict, conn: Connection, path: str):
+    from nncore.store import Recorder
+
+    store = _open_store(path, conn)
+    if store is None:
+        return None
+    return Recorder(store, str(cfg.get("source") or "run"), cfg, warn=lambda message: conn.send(
+        json.dumps({"event": "store_warning", "message": message})))
 
 
 def _die_with_parent() -> None:
@@ -148,7 +155,7 @@ def _rank_error(lines: list[str], code: int | None) -> str:
     return theirs[-1] if theirs else f"mpiexec exited with code {code}"
 
 
-def distributed_main(cfg: dict, conn: Connection) -> None:
+def distributed_main(cfg: dict, conn: Connection, store: str | None = None) -> None:
     """Entry point of a distributed run's relay process: mpiexec runs the ranks, rank 0's JSON lines come
     back. A stop is a Ctrl-C to mpiexec (every rank finishes the same step); a second stop, or one not obeyed
     within STOP_GRACE_S, is mpiexec's forced abort; and mpiexec never outlives this process."""
@@ -175,7 +182,8 @@ def distributed_main(cfg: dict, conn: Connection) -> None:
             path = os.path.join(tmp, "run.json")
             with open(path, "w", encoding="utf-8") as fh:
                 json.dump({k: cfg[k] for k in ("model", "data", "train")}, fh)
-            cmd, env = launch_command(ranks, ["train", path, "--jsonl", "-", "--quiet"])
+            where = ["--store", store] if store is not None else ["--no-store"]  # rank 0 records
+            cmd, env = launch_command(ranks, ["train", path, "--jsonl", "-", "--quiet", *where])
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
             errors: list[str] = []
@@ -225,8 +233,9 @@ def distributed_main(cfg: dict, conn: Connection) -> None:
         conn.close()
 
 
-def sweep_main(job: dict, conn: Connection) -> None:
-    """Entry point of a sweep process: progress messages, then the points and the Amdahl view."""
+def sweep_main(job: dict, conn: Connection, store: str | None = None) -> None:
+    """Entry point of a sweep process: progress messages, then the points and the Amdahl view; the points are
+    recorded as one run in the run store at ``store`` (None: not recorded here)."""
     _silence_stdio()
     try:
         from nncore import analysis, runtime, sweep
@@ -243,7 +252,10 @@ def sweep_main(job: dict, conn: Connection) -> None:
             measured = {p.arch: p.speedup for p in points if p.arch != "cpu-serial"
                         and p.batch == serial.batch and p.filters == serial.filters}
             amdahl = analysis.amdahl_view(serial, analysis.measure_launch_ms(), max(job["threads"]), measured).__dict__
-        conn.send(json.dumps({"event": "sweep_done", "points": [p.to_dict() for p in points], "amdahl": amdahl}))
+        points = [p.to_dict() for p in points]
+        if store is not None:
+            _record_sweep(job, points, amdahl, store, conn)
+        conn.send(json.dumps({"event": "sweep_done", "points": points, "amdahl": amdahl}))
     except Exception as exc:  # a LayerlabError or anything else: one line back to the app
         conn.send(json.dumps({"event": "sweep_failed", "error": f"{exc}".splitlines()[0] if str(exc) else
                               type(exc).__name__}))
@@ -251,13 +263,35 @@ def sweep_main(job: dict, conn: Connection) -> None:
         conn.close()
 
 
+def _record_sweep(job: dict, points: list[dict], amdahl: dict | None, path: str, conn: Connection) -> None:
+    import sqlite3
+    import time
+
+    from nncore.store import StoreError
+
+    store = _open_store(path, conn)
+    if store is None:
+        return
+    try:
+        run_id = store.begin("sweep", str(job.get("name") or "sweep"), {"model": job["model"], "sweep": {
+            k: job[k] for k in ("archs", "batches", "filters", "threads", "steps", "repeats", "warmup")}},
+            arch=",".join(job["archs"]), threads=max(job["threads"]))
+        store.add_points(run_id, points)
+        store.update(run_id, status="finished", ended=time.time(), summary=json.dumps({"amdahl": amdahl}))
+    except (StoreError, sqlite3.Error, OSError) as exc:
+        conn.send(json.dumps({"event": "store_warning", "message": f"run store {path}: sweep not recorded ({exc})"}))
+    finally:
+        store.close()
+
+
 class RunHandle:
     """The parent's side of one training (or sweep) process."""
 
-    def __init__(self, cfg: dict, boundary: bool = True, target=None):
+    def __init__(self, cfg: dict, boundary: bool = True, target=None, store: str | None = None):
+        """``store``: the run store's path, where the child records the run (None: it does not)."""
         ctx = mp.get_context("spawn")
         self.conn, child_conn = ctx.Pipe()
-        args = (cfg, child_conn) if target is not None else (cfg, child_conn, boundary)
+        args = (cfg, child_conn, store) if target is not None else (cfg, child_conn, boundary, store)
         self.proc = ctx.Process(target=target or child_main, args=args, daemon=True)
         # multiprocessing hands sys.stderr's descriptor to its helper; under the app that may be a stand-in.
         saved = sys.stdout, sys.stderr

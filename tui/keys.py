@@ -54,15 +54,24 @@ MODEL_KEYS = [
     Key("shift+down", None, "move_layer(1)", "Down", "move the selected layer down", show=False, where="Model"),
     Key("enter", None, "edit_layer", "Edit", "edit the selected layer's parameters", show=False, where="Model"),
 ]
+TRAIN_KEYS = [
+    Key("t", None, "toggle_parts", "Parts", "a short terminal: the per-part timing table in place of the charts, and "
+        "back", where="Train"),
+]
 RUNS_KEYS = [
+    Key("space", None, "app.toggle_mark", "Mark", "mark or unmark the selected run: marked runs' curves are overlaid",
+        where="Runs"),
     Key("r", None, "app.rerun", "Rerun", "rerun the selected run on the next backend", where="Runs"),
-    Key("e", None, "app.export", "Export", "export the runs as CSV or JSON (asks where)", where="Runs"),
+    Key("d", None, "app.delete_runs", "Delete", "delete the marked runs, or the selected one, from the run store "
+        "(asks first)", where="Runs"),
+    Key("e", None, "app.export", "Export", "export the marked runs (or all) as CSV or JSON (asks where)",
+        where="Runs"),
 ]
 ANALYSIS_KEYS = [
     Key("w", None, "app.sweep", "Sweep", "run a scaling sweep of the network in the editor (enter in a field does "
         "too)", where="Analysis"),
 ]
-ALL_KEYS = APP_KEYS + MODEL_KEYS + RUNS_KEYS + ANALYSIS_KEYS
+ALL_KEYS = APP_KEYS + MODEL_KEYS + TRAIN_KEYS + RUNS_KEYS + ANALYSIS_KEYS
 OTHER_KEYS = [("ctrl+p", "command palette: every action by name"),
               ("tab / shift+tab", "next / previous field")]
 
@@ -75,7 +84,7 @@ def show_key(key: str | None) -> str:
     """A key as the help and README write it: ``F6``, ``ctrl+b``, ``?``."""
     if not key:
         return ""
-    names = {"question_mark": "?", "escape": "Escape", "enter": "Enter", "shift+up": "shift+↑",
+    names = {"question_mark": "?", "escape": "Escape", "space": "space", "enter": "Enter", "shift+up": "shift+↑",
              "shift+down": "shift+↓"}
     if key in names:
         return names[key]
@@ -92,7 +101,7 @@ def key_rows() -> list[tuple[str, str, str]]:
         rows.append((show_key(k.plain), show_key(k.anywhere), k.does))
     for key, does in OTHER_KEYS:
         rows.append(("", key, does))
-    for k in MODEL_KEYS + RUNS_KEYS + ANALYSIS_KEYS:
+    for k in MODEL_KEYS + TRAIN_KEYS + RUNS_KEYS + ANALYSIS_KEYS:
         rows.append((show_key(k.plain), "", f"{k.where} view: {k.does}"))
     return rows
 

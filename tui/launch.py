@@ -9,12 +9,15 @@ from importlib.metadata import PackageNotFoundError, version
 
 from nncore import cli
 
-USAGE = """usage: layerlab [tui [CONFIG]]
+USAGE = """usage: layerlab [tui [CONFIG] [--store PATH | --no-store]]
        layerlab {train,runs,archs,bench,sweep,lockstep} ... (layerlab --help)
 
 Open the terminal app on CONFIG: a config file, or the name of one in assets/configs (quadrant, cnn, net-1h,
 ...); the default is quadrant. A config the app cannot open is refused there with the reason, and the app opens
 on the default. Inside the app, F12 or ? shows every key.
+
+Runs are recorded in the run store (runs.sqlite in LAYERLAB_HOME or the user data directory), which the Runs
+view reads; --store PATH uses another, --no-store none (the session's runs are kept until you quit).
 """
 
 
@@ -36,12 +39,25 @@ def main(argv: list[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in args):
         print(USAGE, end="")
         return cli.EXIT_OK
-    if len(args) > 1 or (args and args[0].startswith("-")):
-        print(f"layerlab: error: unexpected argument {args[-1]!r}\n{USAGE}", end="", file=sys.stderr)
+    store, rest = None, []
+    while args:
+        arg = args.pop(0)
+        if arg == "--no-store":
+            store = False
+        elif arg == "--store" or arg.startswith("--store="):
+            value = arg.partition("=")[2] if "=" in arg else (args.pop(0) if args else "")
+            if not value:
+                print(f"layerlab: error: --store needs a path\n{USAGE}", end="", file=sys.stderr)
+                return cli.EXIT_CONFIG
+            store = value
+        else:
+            rest.append(arg)
+    if len(rest) > 1 or (rest and rest[0].startswith("-")):
+        print(f"layerlab: error: unexpected argument {rest[-1]!r}\n{USAGE}", end="", file=sys.stderr)
         return cli.EXIT_CONFIG
     from tui.app import run_app
 
-    return run_app(args[0] if args else None)
+    return run_app(rest[0] if rest else None, store)
 
 
 if __name__ == "__main__":

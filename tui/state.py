@@ -259,6 +259,35 @@ MEANING = {
 }
 
 
+# The Runs view reads the run store: a mark, the run's id, then the session table's columns, then when it started.
+STORE_COLUMNS = ["mark", "id", *COLUMNS, "started", "kind"]
+HEADERS.update({"mark": "✓", "id": "#", "started": "started"})
+
+
+def store_rows(runs: list[dict], marked: list[int] = ()) -> list[dict]:
+    """The run store's rows (``Store.runs``, newest first) as the Runs view shows them, with each run's speedup
+    over the latest cpu-serial run of the same network and batch size (as :func:`update_speedups`)."""
+    import time
+
+    out = []
+    for r in runs:
+        cfg = r.get("config") or {}
+        train = cfg.get("train") or {}
+        out.append({"mark": "✓" if r["id"] in marked else "", "id": r["id"], "network": r["name"],
+                    "arch": r["arch"], "samples_per_s": r["samples_per_s"], "speedup": None, "test_acc": r["test_acc"],
+                    "status": r["status"], "batch": train.get("batch_size"), "epochs": r["epochs_done"],
+                    "threads": r["threads"], "ranks": r["ranks"], "s_per_epoch": r.get("s_per_epoch"),
+                    "started": time.strftime("%m-%d %H:%M", time.localtime(r["started"])), "kind": r["kind"],
+                    "config": cfg, "spec_key": spec_key(cfg["model"]) if isinstance(cfg.get("model"), dict) else ""})
+    for row in out:
+        base = next((b for b in out if b["arch"] == "cpu-serial" and b["ranks"] == 1 and b["kind"] == "train"
+                     and b["spec_key"] == row["spec_key"] and b["batch"] == row["batch"] and b["samples_per_s"]),
+                    None)
+        if row["kind"] == "train" and base is not None and row["samples_per_s"]:
+            row["speedup"] = row["samples_per_s"] / base["samples_per_s"]
+    return out
+
+
 def export_runs(runs: list[RunRecord], fmt: str) -> str:
     rows = [r.row() for r in runs]
     if fmt == "json":

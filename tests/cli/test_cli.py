@@ -150,9 +150,13 @@ def test_no_arguments_opens_the_app_on_the_default(monkeypatch):
     from tui import launch
 
     opened = []
-    monkeypatch.setattr(tui.app, "run_app", lambda config=None: opened.append(config) or 0)
+    monkeypatch.setattr(tui.app, "run_app", lambda config=None, store=None: opened.append((config, store)) or 0)
     assert launch.main([]) == 0 and launch.main(["tui", "cnn"]) == 0
-    assert opened == [None, "cnn"]  # None: the app's default, quadrant
+    assert launch.main(["tui", "--no-store"]) == 0 and launch.main(["tui", "cnn", "--store", "x.sqlite"]) == 0
+    assert launch.main(["tui", "--store=y.sqlite"]) == 0
+    # None: the app's default (quadrant, the default store); False: no store
+    assert opened == [(None, None), ("cnn", None), (None, False), ("cnn", "x.sqlite"), (None, "y.sqlite")]
+    assert launch.main(["tui", "--store"]) == 2  # a path is needed
     assert launch.main(["archs"]) == 0  # anything else goes to the headless CLI
 
 
@@ -162,7 +166,7 @@ def test_tui_usage_errors_exit_2_and_help_exits_0():
     assert proc.returncode == 2 and "unexpected argument 'b.toml'" in proc.stderr and "Traceback" not in proc.stderr
     proc = subprocess.run([sys.executable, "-m", "tui.launch", "tui", "--help"], capture_output=True, text=True,
                           timeout=60)
-    assert proc.returncode == 0 and proc.stdout.startswith("usage: layerlab [tui [CONFIG]]")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: layerlab [tui [CONFIG]")
     proc = subprocess.run([sys.executable, "-m", "tui.launch", "--version"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("layerlab ")

@@ -44,7 +44,7 @@ def fixed_env(monkeypatch):
     monkeypatch.setattr(tui.panes.settings, "available_datasets", lambda: FIXED_DATASETS)
 
 
-def scripted_run(epochs=3, steps_per_epoch=10):
+def scripted_run(epochs=3, steps_per_epoch=10, rate=6000.0):
     """Events of a made-up quadrant run, as the child would send them (dicts)."""
     layers = [{"index": i, "type": t, "repr": t, "out_shape": [s], "params": p, "flops_fwd": f, "flops_bwd": f}
               for i, (t, s, p, f) in enumerate([("Linear", 16, 48, 80), ("ReLU", 16, 0, 16), ("Linear", 1, 17, 33)])]
@@ -60,7 +60,7 @@ def scripted_run(epochs=3, steps_per_epoch=10):
                    ev.LayerTiming(2, "layer 2 (Linear)", 0.10, 0.20, 0.3, 0.02),
                    ev.LayerTiming(-1, "data", 0.1, 0.0, 0.1, 0.0), ev.LayerTiming(-1, "loss", 0.1, 0.0, 0.1, 0.0),
                    ev.LayerTiming(-1, "optimizer", 0.1, 0.0, 0.1, 0.0)]
-        out.append(ev.EpochEnd(e, step, 0.6 / e, 0.65 / e, 0.7 + 0.09 * e, 6000.0, 0.05, timings=timings,
+        out.append(ev.EpochEnd(e, step, 0.6 / e, 0.65 / e, 0.7 + 0.09 * e, rate, 0.05, timings=timings,
                                timed_steps=1).to_dict())
     cols, rows = 48, 32
     prob = [((x - 24) * (y - 16) < 0) * 0.9 + 0.05 for y in range(rows) for x in range(cols)]
@@ -70,20 +70,38 @@ def scripted_run(epochs=3, steps_per_epoch=10):
     return out
 
 
+def record(store, events, cfg):
+    """Events recorded in a run store as a training process records them, its config ``cfg``; the run's id."""
+    from nncore.store import Recorder
+
+    recorder = Recorder(store, str(cfg.get("source") or "run"), cfg)
+    for e in events:
+        recorder({**e, "config": cfg, "arch": cfg["train"]["arch"]} if e["event"] == "run_started" else e)
+    return recorder.run_id
+
+
 class FakeHandle:
-    """Stands in for tui.child.RunHandle: records the config and plays a scripted run, a few events a poll."""
+    """Stands in for tui.child.RunHandle: records the config and plays a scripted run, a few events a poll,
+    recording them in the run store as the training process would."""
 
     started: list = []
     per_poll = 3  # events handed over per poll (the app polls every 50 ms)
 
-    def __init__(self, cfg, boundary=True, target=None, events=None):
+    def __init__(self, cfg, boundary=True, target=None, events=None, store=None):
+        from nncore.store import Recorder, Store
+
         FakeHandle.started.append(cfg)
-        self.events = list(events if events is not None else scripted_run())
+        self.events = [{**e, "config": cfg} if e["event"] == "run_started" else e  # as a trainer reports it
+                       for e in (events if events is not None else scripted_run())]
         self.finished = self.closed = False
         self.sent: list[str] = []
+        self.recorder = Recorder(Store(store), str(cfg.get("source") or "run"), cfg) if store else None
 
     def poll(self, limit=500):
         out, self.events = self.events[:self.per_poll], self.events[self.per_poll:]
+        if self.recorder is not None:
+            for msg in out:
+                self.recorder(msg)
         if not self.events:
             self.finished = self.closed = True
         return out

@@ -6,12 +6,14 @@ import signal
 import time
 
 import pytest
-from textual.widgets import Button, DataTable, Input, Select, Sparkline
+from textual.widgets import Button, DataTable, Input, Select
 
 from nncore.config import load_config
 from tests.tui.conftest import scripted_run, wait_for
 from tui.app import LayerlabApp
 from tui.screens.help import HelpScreen
+from tui.state import STORE_COLUMNS
+from tui.widgets.charts import Chart
 from tui.widgets.timing import TimingBars
 
 SIZE = (100, 32)
@@ -94,8 +96,15 @@ async def test_a_real_run_on_cpu_serial(tmp_path):
         await pilot.pause(0.1)
         last = [m for m in seen if m["event"] == "epoch_end"][-1]
         assert next(m for m in seen if m["event"] == "run_started")["arch"] == "cpu-serial"
-        assert len(app.query_one("#train-loss", Sparkline).data) > 0
-        assert len(app.query_one("#test-loss", Sparkline).data) >= 2
+        # The charts hold the events' values: every step's loss (x in epochs) and each epoch's test metrics.
+        spe = next(m for m in seen if m["event"] == "run_started")["steps_per_epoch"]
+        steps = [m for m in seen if m["event"] == "step"]
+        epochs = [m for m in seen if m["event"] == "epoch_end"]
+        loss = app.query_one("#train-loss", Chart).series
+        assert loss["train (raw)"][0] == pytest.approx([m["step"] / spe for m in steps])
+        assert loss["train (raw)"][1] == pytest.approx([m["loss"] for m in steps])
+        assert loss["test"] == (pytest.approx([m["epoch"] for m in epochs]), pytest.approx([m["test_loss"] for m in epochs]))
+        assert app.query_one("#train-acc", Chart).series["test acc"][1] == pytest.approx([m["test_acc"] for m in epochs])
         timed = [m for m in seen if m["event"] == "epoch_end" and m["timings"]]
         assert timed and app.query_one(TimingBars).timings == timed[-1]["timings"]
         assert len(timed[-1]["timings"]) == 5 + 3  # every layer, then data, loss and optimizer
@@ -108,8 +117,8 @@ async def test_a_real_run_on_cpu_serial(tmp_path):
         await pilot.press("4")
         table = app.query_one("#runs-table", DataTable)
         assert table.row_count == 1
-        row = [str(c) for c in table.get_row_at(0)]
-        assert row[0] == "quadrant" and row[1] == "cpu-serial" and row[5] == "stopped"
+        row = dict(zip(STORE_COLUMNS, (str(c) for c in table.get_row_at(0))))
+        assert row["network"] == "quadrant" and row["arch"] == "cpu-serial" and row["status"] == "stopped"
         assert last["epoch"] >= 2
         app.query_one("#runs-table").focus()
         await pilot.press("e")
@@ -119,7 +128,7 @@ async def test_a_real_run_on_cpu_serial(tmp_path):
         await wait_for(pilot, lambda: (tmp_path / "runs.json").exists())
         exported = json.loads((tmp_path / "runs.json").read_text())
         assert exported[0]["arch"] == "cpu-serial" and exported[0]["status"] == "stopped"
-        assert exported[0]["epochs"] == app.runs[0].epochs >= 2
+        assert len(exported[0]["epochs"]) == app.runs[0].epochs >= 2
     # The training process recorded the run in the store, each epoch as the app saw it.
     from nncore.store import Store
 
@@ -218,7 +227,7 @@ async def test_scripted_events_fill_the_views(fixed_env):
         for msg in scripted_run():
             app._run_message(msg)
         await pilot.pause()
-        assert app.query_one("#test-loss", Sparkline).data == pytest.approx([0.65, 0.325, 0.65 / 3])
+        assert app.query_one("#train-loss", Chart).series["test"][1] == pytest.approx([0.65, 0.325, 0.65 / 3])
         assert app.runs[0].status == "finished" and app.runs[0].test_acc == pytest.approx(0.97)
 
 
@@ -252,8 +261,13 @@ async def test_a_real_sweep_in_the_analysis_view(fixed_env):
         assert [p["arch"] for p in pane.points] == ["cpu-serial", "cpu-parallel"]
         assert "Amdahl, from the cpu-serial profile" in str(app.query_one("#sweep-amdahl").render())
         await pilot.pause()
-        assert app.query_one("#sweep-throughput").size.height >= 3  # title, header and one bar per point
-        assert app.query_one("#sweep-layers").size.height >= 3
+        # The charts hold the sweep's points: samples/s against batch per arch, and each part's ms.
+        series = app.query_one("#sweep-throughput", Chart).series
+        for p in pane.points:
+            assert series[p["arch"]] == ([32.0], [pytest.approx(p["samples_per_s"])])
+        parts = app.query_one("#sweep-layers", Chart).series["cpu-serial"]
+        assert parts[1] == pytest.approx([l["fwd_ms"] + l["bwd_ms"] for l in pane.points[0]["layers"]])
+        assert app.query_one("#sweep-speedup", Chart).series["measured"][1] == [pytest.approx(pane.points[1]["speedup"])]
 
 
 async def test_sweep_arguments_are_checked(fixed_env):
@@ -387,8 +401,9 @@ async def test_a_distributed_run_shows_every_rank_and_stops_them_all(fixed_env):
         await wait_for(pilot, lambda: app.handle is None, 60)
         assert app.runs[0].status == "stopped" and app.runs[0].ranks == 2
         await pilot.press("4")
-        row = [str(c) for c in app.query_one("#runs-table", DataTable).get_row_at(0)]
-        assert [row[1], row[8], row[9]] == ["cpu-serial", "1", "2"]  # arch, threads, ranks
+        row = dict(zip(STORE_COLUMNS, (str(c) for c in app.query_one("#runs-table", DataTable).get_row_at(0))))
+        # rank 0 recorded the run in the app's store
+        assert [row["arch"], row["threads"], row["ranks"], row["status"]] == ["cpu-serial", "1", "2", "stopped"]
 
 
 async def test_ranks_without_mpi_are_refused_in_place(fixed_env, monkeypatch):
@@ -417,20 +432,3 @@ def test_a_failed_distributed_run_is_explained_by_the_ranks_own_error():
     assert _rank_error([lines[0]], 137) == "mpiexec exited with code 137"
 
 
-async def test_the_loss_label_speaks_of_the_whole_run_when_the_chart_keeps_a_window(fixed_env):
-    app = LayerlabApp("quadrant")
-    async with app.run_test(size=SIZE) as pilot:
-        from tui.panes.train import TrainPane
-
-        pane = app.query_one(TrainPane)
-        pane.reset(steps_total=900)
-        rng = __import__("numpy").random.default_rng(3)
-        losses = list(0.9 * 0.99 ** __import__("numpy").arange(900) + rng.uniform(0, 0.01, 900))
-        losses[450] = 0.0001  # the run's lowest, outside the window the chart keeps at the end
-        for step, loss in enumerate(losses, 1):
-            pane.on_step({"loss": loss, "step": step, "epoch": 1, "samples_per_s": 1000.0}, 900, 1, step / 1000)
-        await pilot.pause()
-        label = str(app.query_one("#train-loss-label").render())
-        assert len(app.query_one("#train-loss", Sparkline).data) < len(losses)
-        assert f"first {losses[0]:.4f}" in label and f"min {min(losses):.4f}" in label
-        assert f"train loss {losses[-1]:.4f}" in label

@@ -7,11 +7,12 @@ from textual.widgets import Button, Input, Select
 
 from nncore.config import check_run, load_config
 from nncore.errors import LayerlabError
-from tests.tui.conftest import scripted_run, screen_text, wait_for
+from tests.tui.conftest import record, scripted_run, screen_text, wait_for
 from tui.app import LayerlabApp
 from tui.panes.model import ParamInput
 from tui.screens.pick import PickScreen
 from tui.screens.path import PathScreen
+from tui.state import STORE_COLUMNS
 
 SIZE = (100, 32)
 NO_DATA = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type="Linear", out_features=8}, {type="ReLU"}, ' \
@@ -130,7 +131,7 @@ async def test_a_run_whose_set_up_fails_says_why(fixed_env, fake_runs):
         import tui.app
 
         original = tui.app.RunHandle
-        tui.app.RunHandle = lambda cfg, target=None: original(cfg, events=[failed, stale])
+        tui.app.RunHandle = lambda cfg, target=None, store=None: original(cfg, events=[failed, stale], store=store)
         try:
             await pilot.press("s")
             await wait_for(pilot, lambda: app.handle is None)
@@ -307,7 +308,7 @@ async def test_a_run_stopped_before_its_first_evaluation_shows_no_accuracy(fixed
         original = tui.app.RunHandle
         stopped = [scripted_run()[0], ev.Step(1, 3, 0.7, 5000.0).to_dict(),
                    ev.RunFinished(0, 3, None, None, None, 0.4, 4800.0, True).to_dict()]
-        tui.app.RunHandle = lambda cfg, target=None: original(cfg, events=stopped)
+        tui.app.RunHandle = lambda cfg, target=None, store=None: original(cfg, events=stopped, store=store)
         try:
             await pilot.press("s")
             await wait_for(pilot, lambda: app.handle is None)
@@ -316,8 +317,8 @@ async def test_a_run_stopped_before_its_first_evaluation_shows_no_accuracy(fixed
         assert app.runs[0].test_acc is None and app.runs[0].status == "stopped"
         assert "stopped: no evaluation" in str(app.query_one("#run-state").render())
         await pilot.press("4")
-        row = [str(c) for c in app.query_one("#runs-table").get_row_at(0)]
-        assert row[4] == "—" and row[2] == "4,800"  # test acc, samples/s
+        row = dict(zip(STORE_COLUMNS, (str(c) for c in app.query_one("#runs-table").get_row_at(0))))
+        assert row["test_acc"] == "—" and row["samples_per_s"] == "4,800"  # the trainer's rate: no epoch to time
 
 
 # -- layout -----------------------------------------------------------------------------------------------------
@@ -336,8 +337,9 @@ async def test_what_matters_is_on_screen_at_80x24(fixed_env):
         for needle in ("ms/step", "0.300", "samples/s", "ETA", "test acc 0.9700", "Quit", "Help"):
             assert needle in text, needle
         app._run_message(scripted_run()[-1])
-        app.runs.append(RunRecord("quadrant", "cpu-parallel", 2, 32, 3, 0.97, 0.04, 9000.0, "finished",
-                                  spec_key=spec_key(app.draft.spec())))
+        cfg = app._run_config()
+        record(app.store, scripted_run(), {**cfg, "train": {**cfg["train"], "arch": "cpu-serial"}})
+        record(app.store, scripted_run(rate=9000.0), {**cfg, "train": {**cfg["train"], "arch": "cpu-parallel"}})
         app._show_runs()
         await pilot.press("4")
         await pilot.pause()
@@ -352,7 +354,7 @@ async def test_version_and_help_of_the_launcher(capsys):
     out = capsys.readouterr().out
     assert out.startswith("layerlab ") and out.split()[1][0].isdigit()
     assert launch.main(["tui", "--help"]) == 0
-    assert "usage: layerlab [tui [CONFIG]]" in capsys.readouterr().out
+    assert "usage: layerlab [tui [CONFIG]" in capsys.readouterr().out
     assert launch.main(["tui", "a", "b"]) == 2
     assert "unexpected argument 'b'" in capsys.readouterr().err
 
@@ -403,7 +405,7 @@ async def test_the_runs_rate_keeps_its_meaning_when_the_run_ends(fixed_env, fake
         start = scripted_run()[0]
         epoch = ev.EpochEnd(1, 50, 0.5, 0.5, 0.9, 1000.0, 1.6, first_step_s=1.2).to_dict()  # 1,600 samples in 1.6 s
         end = ev.RunFinished(1, 50, 0.5, 0.9, 0.9, 1.7, 1000.0, False).to_dict()
-        tui.app.RunHandle = lambda cfg, target=None: original(cfg, events=[start, epoch, end])
+        tui.app.RunHandle = lambda cfg, target=None, store=None: original(cfg, events=[start, epoch, end], store=store)
         try:
             await pilot.press("s")
             await wait_for(pilot, lambda: app.handle is None)
@@ -411,6 +413,8 @@ async def test_the_runs_rate_keeps_its_meaning_when_the_run_ends(fixed_env, fake
             tui.app.RunHandle = original
         run = app.runs[0]
         assert run.samples_per_s == pytest.approx((1600 - 32) / 0.4) and run.s_per_epoch == pytest.approx(0.4)
+        row = dict(zip(STORE_COLUMNS, (str(c) for c in app.query_one("#runs-table").get_row_at(0))))
+        assert row["samples_per_s"] == f"{(1600 - 32) / 0.4:,.0f}" and row["s_per_epoch"] == "0.40"  # the store's
         assert "finished: test acc 0.9000" in str(app.query_one("#progress-label").render())
 
 

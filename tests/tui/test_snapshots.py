@@ -6,7 +6,7 @@ new SVGs before committing them.
 """
 import pytest
 
-from tests.tui.conftest import scripted_run
+from tests.tui.conftest import record, scripted_run
 from tui.app import LayerlabApp
 from tui.state import Draft, RunRecord, spec_key
 
@@ -14,12 +14,20 @@ SIZES = [(80, 24), (140, 45)]
 
 
 def _scripted(app: LayerlabApp) -> None:
+    """A run fed to the Train view, and two runs in the store (started at fixed times) for the Runs view."""
     app.current = RunRecord("quadrant", "cpu-serial", 1, 32, spec_key=spec_key(app.draft.spec()))
     app.runs.append(app.current)
     for msg in scripted_run():
         app._run_message(msg)
-    app.runs.append(RunRecord("quadrant", "cpu-parallel", 2, 32, 3, 0.97, 0.04, 9000.0, "finished",
-                              spec_key=spec_key(app.draft.spec())))
+    cfg = app._run_config()
+    for i, (arch, rate) in enumerate([("cpu-serial", 6000.0), ("cpu-parallel", 9000.0)]):
+        events = scripted_run(rate=rate)
+        if i:  # the second run learns faster: its curves differ
+            events = [{**e, "loss": e["loss"] * 0.6} if e["event"] == "step" else
+                      {**e, "test_loss": e["test_loss"] * 0.6, "test_acc": min(1.0, e["test_acc"] + 0.05)}
+                      if e["event"] == "epoch_end" else e for e in events]
+        run_id = record(app.store, events, {**cfg, "train": {**cfg["train"], "arch": arch}})
+        app.store.update(run_id, started=1795000000.0 + 3600 * i, ended=1795000060.0 + 3600 * i)
     app._show_runs()
 
 
@@ -55,10 +63,13 @@ def _before(keys, feed=None):
     pytest.param("quadrant", ["2"], None, id="settings"),
     pytest.param("quadrant", ["3"], _scripted, id="train"),
     pytest.param("quadrant", ["4"], _scripted, id="runs"),
+    pytest.param("quadrant", ["4", "space", "down", "space"], _scripted, id="runs-overlaid"),
     pytest.param("quadrant", ["5"], _sweep, id="analysis"),
     pytest.param("quadrant", ["question_mark"], None, id="help"),
 ])
-def test_every_view(fixed_env, snap_compare, config, keys, feed, size):
+def test_every_view(fixed_env, snap_compare, config, keys, feed, size, monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")  # the Runs view's start times
+    __import__("time").tzset()
     assert snap_compare(LayerlabApp(config), terminal_size=size, run_before=_before(keys, feed))
 
 

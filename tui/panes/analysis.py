@@ -2,18 +2,16 @@
 per arch, per-layer time per arch, and the Amdahl view (see nncore.analysis for the definitions)."""
 from __future__ import annotations
 
-from rich.table import Table
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 
+from nncore.charts import draw_parts, draw_speedup, draw_throughput
 from nncore.errors import ConfigError
 from nncore.runtime import ARCHS, cpu_count
 from tui.guard import Guarded
 from tui.keys import ANALYSIS_KEYS, bindings
-
-COLORS = {"cpu-serial": "cyan", "cpu-parallel": "green", "cuda": "magenta"}
+from tui.widgets.charts import Chart
 
 
 def _ints(text: str, name: str) -> list[int]:
@@ -24,42 +22,6 @@ def _ints(text: str, name: str) -> list[int]:
     if not vals or min(vals) < 1:
         raise ConfigError(f"{name} {text!r} must be positive integers", field=f"sweep-{name}")
     return vals
-
-
-def throughput_chart(points: list[dict], width: int = 36) -> Table:
-    """samples/s against batch size, one bar per arch (and filter count)."""
-    table = Table(box=None, padding=(0, 1), show_edge=False, title="samples/s against batch size")
-    for col in ("batch", "arch", "", "samples/s"):
-        table.add_column(col, no_wrap=True, justify="right" if col in ("batch", "samples/s") else "left")
-    top = max((p["samples_per_s"] for p in points), default=1.0)
-    for p in sorted(points, key=lambda q: (q["batch"], q["filters"] or 0, q["arch"])):
-        n = max(1, int(width * p["samples_per_s"] / top))
-        label = p["arch"] + (f" f{p['filters']}" if p["filters"] else "")
-        table.add_row(str(p["batch"]), label, Text("█" * n, style=COLORS.get(p["arch"], "white")),
-                      f"{p['samples_per_s']:,.0f}")
-    return table
-
-
-def layer_chart(points: list[dict], width: int = 30) -> Table:
-    """Per-part ms per step for each arch, at the largest batch swept, with each arch's step time beside the
-    sum of its parts (the parts are timed in synced steps; see :data:`SYNCED_NOTE`)."""
-    table = Table(box=None, padding=(0, 1), show_edge=False, title_justify="left")
-    if not points:
-        return table
-    batch = max(p["batch"] for p in points)
-    sel = [p for p in points if p["batch"] == batch]
-    sums = ", ".join(f"{p['arch']} {sum(l['fwd_ms'] + l['bwd_ms'] for l in p['layers']):.2f} ms "
-                     f"(step {p['ms_per_step']:.2f})" for p in sel)
-    table.title = f"ms per step by part, batch {batch}; parts summed: {sums}"
-    for col in ("part", "arch", "ms", ""):
-        table.add_column(col, no_wrap=True, justify="right" if col == "ms" else "left")
-    top = max((l["fwd_ms"] + l["bwd_ms"] for p in sel for l in p["layers"]), default=1.0) or 1.0
-    for name in dict.fromkeys(l["name"] for p in sel for l in p["layers"]):
-        for p in sel:
-            ms = sum(l["fwd_ms"] + l["bwd_ms"] for l in p["layers"] if l["name"] == name)
-            table.add_row(name.replace("layer ", ""), p["arch"], f"{ms:.3f}",
-                          Text("█" * max(0, int(width * ms / top)), style=COLORS.get(p["arch"], "white")))
-    return table
 
 
 SYNCED_NOTE = ("Per-part times come from synced steps: each part is launched on its own and waited for, so each "
@@ -106,8 +68,11 @@ class AnalysisPane(Guarded, Vertical):
             yield Static("enter in a field or w runs the sweep", id="sweep-status", markup=False)
         with VerticalScroll(id="sweep-results"):
             yield DataTable(id="sweep-table", zebra_stripes=True)
-            yield Static(id="sweep-throughput")
-            yield Static(id="sweep-layers")
+            with Horizontal(id="sweep-charts"):
+                yield Chart(draw_throughput, "samples/s against batch size: after a sweep", id="sweep-throughput")
+                yield Chart(draw_speedup, "speedup and its Amdahl bound: after a sweep with cpu-serial",
+                            id="sweep-speedup")
+            yield Chart(draw_parts, "", id="sweep-layers")
             yield Static(amdahl_text(None), id="sweep-amdahl", markup=False)
             yield Static(SYNCED_NOTE, id="sweep-note", markup=False)
 
@@ -129,6 +94,7 @@ class AnalysisPane(Guarded, Vertical):
         status.update("enter in a field or w runs the sweep")
 
     def on_mount(self) -> None:
+        self.query_one("#sweep-charts").display = False  # until a sweep has points
         self.query_one("#sweep-table", DataTable).add_columns(
             "arch", "thr", "batch", "filters", "samples/s", "ms/step", "GFLOP/s", "speedup", "effic.", "K-F e")
 
@@ -167,6 +133,12 @@ class AnalysisPane(Guarded, Vertical):
             table.add_row(p["arch"], str(p["threads"]), str(p["batch"]), fmt(p["filters"], ""),
                           f"{p['samples_per_s']:,.0f}", f"{p['ms_per_step']:.2f}", f"{p['gflops']:.1f}",
                           fmt(p["speedup"], ".2f"), fmt(p["efficiency"], ".2f"), fmt(p["karp_flatt"], ".3f"))
-        self.query_one("#sweep-throughput", Static).update(throughput_chart(points))
-        self.query_one("#sweep-layers", Static).update(layer_chart(points))
+        self.query_one("#sweep-charts").display = bool(points)
+        self.query_one("#sweep-throughput", Chart).show(points, now=True)
+        self.query_one("#sweep-speedup", Chart).show(amdahl, now=True)
+        layers = self.query_one("#sweep-layers", Chart)
+        layers.show(points, now=True)
+        parts = max((len(p["layers"]) for p in points), default=0)
+        archs = len({p["arch"] for p in points})
+        layers.styles.height = max(12, parts * archs + 7) if layers.series else 1  # a bar per part and arch
         self.query_one("#sweep-amdahl", Static).update(amdahl_text(amdahl))

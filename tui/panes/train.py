@@ -1,4 +1,4 @@
-"""The training view: controls, progress, loss sparklines, accuracy, per-layer timing bars, decision boundary.
+"""The training view: controls, progress, loss and accuracy charts, per-layer timing bars, decision boundary.
 
 Rates and the ETA leave paused time out. The decision boundary is shown for 2-D datasets only; the space is the
 curves' otherwise.
@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, Label, ProgressBar, Sparkline, Static
+from textual.widgets import Button, ProgressBar, Static
 
+from nncore.charts import Curves, draw_accuracy, draw_loss
 from tui.guard import Guarded
+from tui.keys import TRAIN_KEYS, bindings
 from tui.widgets.boundary import BoundaryPlot
+from tui.widgets.charts import Chart
 from tui.widgets.timing import RankBars, TimingBars
 
 
@@ -28,19 +31,14 @@ def f4(value: float | None) -> str:
     return "—" if value is None or value != value else f"{value:.4f}"
 
 
-def _curve_label(name: str, values: list[float], first: float | None = None, low: float | None = None) -> str:
-    """The curve's last value, its minimum and its first over the whole run (the chart may hold only the
-    latest window; ``first``/``low`` then carry the run's own)."""
-    finite = [v for v in values if v == v]
-    if not finite:
-        return name
-    first = finite[0] if first is None else first
-    low = min(finite) if low is None else min(low, min(finite))
-    return f"{name} {finite[-1]:.4f} (min {low:.4f}, first {first:.4f})"
-
-
 class TrainPane(Guarded, Vertical):
+    """On a short terminal the body has room for the charts or the per-part table, not both: the charts show with
+    a one-line summary of the parts, and ``t`` swaps them for the table (and back)."""
+
+    BINDINGS = bindings(TRAIN_KEYS)
     progress_parts: tuple[str, ...] | list[str] = ()  # what the progress line last said, part by part
+    tall = True  # the terminal has room for both
+    table_first = False  # short terminal: the per-part table instead of the charts
     def compose(self) -> ComposeResult:
         with Horizontal(id="controls"):
             yield Button("Start (s)", id="start", variant="success", compact=True)
@@ -53,25 +51,19 @@ class TrainPane(Guarded, Vertical):
         yield Static("test acc —", id="accuracy", markup=False)
         with Horizontal(id="train-body"):
             with Vertical(id="curves"):
-                yield Label("train loss", id="train-loss-label", classes="curve-label", markup=False)
-                yield Sparkline([], id="train-loss")
-                yield Label("test loss", id="test-loss-label", classes="curve-label", markup=False)
-                yield Sparkline([], id="test-loss")
+                with Horizontal(id="train-charts"):
+                    yield Chart(draw_loss, "loss: the curves start with the first step", id="train-loss")
+                    yield Chart(draw_accuracy, "test accuracy: after the first epoch", id="train-acc")
                 yield TimingBars(id="timings")
                 yield RankBars(id="rank-times")
             yield BoundaryPlot(id="boundary")
 
     def reset(self, steps_total: int | None = 1, boundary: bool = True) -> None:
         """A new run (``steps_total`` None: not known yet, the bar pulses); ``boundary``: a 2-D dataset."""
-        self.train_losses: list[float] = []
-        self.train_first: float | None = None  # the run's first and lowest step loss: the chart keeps 400
-        self.train_low: float | None = None
-        self.test_losses: list[float] = []
+        self.curves = Curves("run", 1)  # the run's step losses and epoch metrics, as the charts draw them
         self.best_acc: float | None = None
-        self.query_one("#train-loss", Sparkline).data = []
-        self.query_one("#test-loss", Sparkline).data = []
-        self.query_one("#train-loss-label", Label).update("train loss")
-        self.query_one("#test-loss-label", Label).update("test loss")
+        self.query_one("#train-loss", Chart).clear()
+        self.query_one("#train-acc", Chart).clear()
         self.query_one("#accuracy", Static).update("test acc — (after the first epoch)")
         self.query_one("#progress", ProgressBar).update(total=steps_total, progress=0)
         self.query_one("#progress-label", Static).update("")
@@ -89,16 +81,33 @@ class TrainPane(Guarded, Vertical):
         self.query_one("#step", Button).disabled = not (running and paused)
         self.query_one("#stop", Button).disabled = not running
 
+    def set_tall(self, tall: bool) -> None:
+        self.tall = tall
+        self._arrange()
+        self.app.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        return not self.tall if action == "toggle_parts" else True  # a tall terminal shows both: no key
+
+    def action_toggle_parts(self) -> None:
+        if self.tall:
+            self.notify("the charts and the per-part table are both shown", timeout=4)
+            return
+        self.table_first = not self.table_first
+        self._arrange()
+
+    def _arrange(self) -> None:
+        self.query_one("#train-charts").display = self.tall or not self.table_first
+        self.query_one("#timings", TimingBars).set_compact(not self.tall and not self.table_first)
+
+    def set_steps_per_epoch(self, n: int) -> None:
+        """Known at run_started: the loss chart's x axis counts epochs."""
+        self.curves.steps_per_epoch = max(1, n)
+
     def on_step(self, msg: dict, steps_total: int, epochs: int, active_s: float) -> None:
         """A step event; ``active_s``: the run's time so far, paused time excluded."""
-        loss = msg["loss"] if msg["loss"] is not None else float("nan")
-        if loss == loss:
-            self.train_first = loss if self.train_first is None else self.train_first
-            self.train_low = loss if self.train_low is None else min(self.train_low, loss)
-        self.train_losses = (self.train_losses + [loss])[-400:]
-        self.query_one("#train-loss", Sparkline).data = list(self.train_losses)  # replaced, not mutated
-        self.query_one("#train-loss-label", Label).update(
-            _curve_label("train loss", self.train_losses, self.train_first, self.train_low))
+        self.curves.steps.append((msg["step"], msg["loss"] if msg["loss"] is not None else float("nan")))
+        self.query_one("#train-loss", Chart).show([self.curves])
         self.query_one("#progress", ProgressBar).update(total=steps_total, progress=msg["step"])
         left = (steps_total - msg["step"]) * active_s / max(msg["step"], 1)
         comm = f" · comm {100 * msg['comm_share']:.0f}%" if msg.get("comm_share") is not None else ""
@@ -107,9 +116,9 @@ class TrainPane(Guarded, Vertical):
         self._show_parts(parts)
 
     def on_epoch(self, msg: dict) -> None:
-        self.test_losses = self.test_losses + [msg["test_loss"] if msg["test_loss"] is not None else float("nan")]
-        self.query_one("#test-loss", Sparkline).data = list(self.test_losses)
-        self.query_one("#test-loss-label", Label).update(_curve_label("test loss", self.test_losses))
+        self.curves.epochs.append((msg["epoch"], msg["test_loss"], msg["test_acc"]))
+        self.query_one("#train-loss", Chart).show([self.curves])
+        self.query_one("#train-acc", Chart).show([self.curves])
         acc = msg["test_acc"]
         self.best_acc = acc if self.best_acc is None else max(self.best_acc, acc)
         self.query_one("#accuracy", Static).update(

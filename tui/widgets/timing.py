@@ -28,6 +28,7 @@ class TimingBars(Static):
     def __init__(self, **kwargs):
         super().__init__(NO_TIMINGS, markup=False, **kwargs)
         self.timings: list[dict] = []
+        self.compact = False  # one line: the parts that take longest, with their ms (a short terminal)
 
     def clear(self) -> None:
         self.timings = []
@@ -35,11 +36,34 @@ class TimingBars(Static):
 
     def show(self, timings: list[dict]) -> None:
         self.timings = list(timings)
-        self.update(self._table())
+        self._show()
+
+    def set_compact(self, compact: bool) -> None:
+        if compact != self.compact:
+            self.compact = compact
+            self._show()
+
+    def _show(self) -> None:
+        if self.timings:
+            self.update(self._line() if self.compact else self._table())
+        else:
+            self.update(NO_TIMINGS)
 
     def on_resize(self) -> None:
         if self.timings:
-            self.update(self._table())
+            self._show()
+
+    def _line(self) -> str:
+        """The parts by time per step, longest first, as many as fit on one line."""
+        parts = sorted(self.timings, key=lambda t: -(t["fwd_ms"] + t["bwd_ms"]))
+        width = self.size.width or 50
+        out = "ms/step"
+        for i, t in enumerate(parts):
+            item = f"{' ·' if i else ''} {t['name'].replace('layer ', '')} {t['fwd_ms'] + t['bwd_ms']:.3f}"
+            if len(out) + len(item) + 2 > width:
+                return out + " …"
+            out += item
+        return out
 
     def _table(self) -> Table:
         names = [t["name"].replace("layer ", "") for t in self.timings]

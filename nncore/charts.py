@@ -1,0 +1,248 @@
+"""Charts of runs and sweeps, drawn with plotext: the same functions draw into the app's chart widgets
+(textual-plotext's ``Plot`` is a plotext figure) and onto the terminal for ``layerlab runs show``/``compare``.
+
+Each ``draw_*`` takes a plotext figure (or the ``plotext`` module) and returns the series it plotted,
+``{label: (xs, ys)}``, so tests can hold a chart to the events it was drawn from. Nothing here imports Textual.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+COLORS = ["orange", "blue+", "green+", "magenta+", "cyan+", "red+", "yellow", "gold"]
+ARCH_COLORS = {"cpu-serial": "cyan+", "cpu-parallel": "green+", "cuda": "magenta+"}
+MAX_POINTS = 2000  # step losses drawn per run at most
+FAINT = "gray"  # the raw train loss, under its smoothed line
+TEST = "blue+"
+
+
+@dataclass
+class Curves:
+    """One run's curves: step losses (x in epochs: step / steps per epoch) and per-epoch test metrics."""
+
+    label: str
+    steps_per_epoch: int
+    steps: list[tuple[int, float]] = field(default_factory=list)  # (step, train loss)
+    epochs: list[tuple[int, float | None, float | None]] = field(default_factory=list)  # (epoch, test loss, acc)
+
+    @classmethod
+    def from_run(cls, run: dict, label: str | None = None) -> "Curves":
+        """From a stored run (``Store.run``)."""
+        spe = run.get("steps_per_epoch") or max((e["steps"] for e in run["epochs"][:1]), default=1)
+        return cls(label or f"#{run['id']} {run.get('arch') or ''}".strip(), max(1, spe),
+                   [(s["step"], s["loss"]) for s in run["steps"]],
+                   [(e["epoch"], e.get("test_loss"), e.get("test_acc")) for e in run["epochs"]])
+
+
+def _finite(v) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def smooth(values: list[float], weight: float | None = None) -> list[float]:
+    """A debiased exponential moving average (TensorBoard's smoothing); a NaN step is skipped, not spread.
+    ``weight`` None: 0.6 for short curves, rising to 0.95 for long ones."""
+    if weight is None:
+        weight = min(0.95, max(0.6, 1.0 - 8.0 / max(len(values), 1)))
+    out, acc, n = [], 0.0, 0
+    for v in values:
+        if _finite(v):
+            acc, n = acc * weight + (1 - weight) * v, n + 1
+        out.append(acc / (1 - weight ** n) if n else float("nan"))
+    return out
+
+
+def _xy(pairs) -> tuple[list[float], list[float]]:
+    pairs = [(x, y) for x, y in pairs if _finite(y)]
+    return [float(x) for x, _ in pairs], [float(y) for _, y in pairs]
+
+
+def _loss_top(raw: list[float], smoothed: list[float], test: list[float]) -> float | None:
+    """The loss axis' top: above the smoothed curve after its first tenth and every test loss, so the first
+    steps (often many times the rest) do not flatten the curve; None where nothing is left out anyway."""
+    tail = [v for v in smoothed[len(smoothed) // 10:] if _finite(v)] + [v for v in test if _finite(v)]
+    if not tail or not raw:
+        return None
+    top = max(tail) * 1.15
+    return top if max(raw) > top else None
+
+
+def draw_loss(plt, runs: list[Curves]) -> dict:
+    """Train loss per step (smoothed, the raw line faint under it for a single run) and test loss per epoch;
+    one colour per run when several are overlaid."""
+    series: dict = {}
+    if not runs:
+        return series
+    single = len(runs) == 1
+    tops, bottoms, tests = [], [], []
+    for i, run in enumerate(runs):
+        color = COLORS[i % len(COLORS)]
+        xs, raw = _xy((s / run.steps_per_epoch, v) for s, v in run.steps)
+        if len(xs) > MAX_POINTS:  # a long run: every k-th step is drawn (the smoothing saw them all)
+            k = math.ceil(len(xs) / MAX_POINTS)
+            sm = smooth(raw)[::k]
+            xs, raw = xs[::k], raw[::k]
+        else:
+            sm = smooth(raw)
+        test_x, test = _xy((e, tl) for e, tl, _ in run.epochs)
+        name = "" if single else f"{run.label} "
+        if raw and single:
+            plt.plot(xs, raw, color=FAINT, marker="braille", label="train (raw)")
+            series["train (raw)"] = (xs, raw)
+        if raw:
+            plt.plot(xs, sm, color=color, marker="braille", label=f"{name}train")
+            series[f"{name}train"] = (xs, sm)
+        if test:
+            tests.append((f"{name}test", test_x, test, TEST if single else color))
+        top = _loss_top(raw, sm, test)
+        tops.append(top if top is not None else max(raw + test, default=0.0))
+        bottoms.append(min(raw + test, default=0.0))
+    for label, test_x, test, color in tests:  # drawn last: on top of the step curves
+        plt.plot(test_x, test, color=color, marker="hd", label=label)
+        series[label] = (test_x, test)
+    if series:
+        lo, hi = min(bottoms), max(tops)
+        pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
+        plt.ylim(max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + pad)
+        _epoch_ticks(plt, series)
+    plt.xlabel("epoch")
+    plt.title("loss")
+    return series
+
+
+def _epoch_ticks(plt, series: dict) -> None:
+    """Whole epochs on the x axis, where there are few enough to label each (or every other)."""
+    last = math.ceil(max(max(xs) for xs, _ in series.values() if xs) - 1e-9)
+    if last <= 24:
+        step = 1 if last <= 12 else 2
+        ticks = list(range(0 if min(min(xs) for xs, _ in series.values() if xs) < 1 else 1, last + 1, step))
+        plt.xticks(ticks, [str(t) for t in ticks])
+
+
+def draw_accuracy(plt, runs: list[Curves]) -> dict:
+    """Test accuracy per epoch, one colour per run."""
+    series: dict = {}
+    for i, run in enumerate(runs):
+        xs, acc = _xy((e, a) for e, _, a in run.epochs)
+        if acc:
+            label = "test acc" if len(runs) == 1 else run.label
+            plt.plot(xs, acc, color="green+" if len(runs) == 1 else COLORS[i % len(COLORS)], marker="hd",
+                     label=label)
+            series[label] = (xs, acc)
+    if series:
+        lo = min(min(ys) for _, ys in series.values())
+        plt.ylim(max(0.0, lo - 0.05), 1.0)
+        _epoch_ticks(plt, series)
+    plt.xlabel("epoch")
+    plt.title("test accuracy")
+    return series
+
+
+def si(value: float) -> str:
+    """12000 -> '12k', 1.5e6 -> '1.5M': tick labels that fit a narrow axis."""
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= div:
+            return f"{value / div:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """1-2-5 ticks spanning [lo, hi] on a log axis (at least the two ends' decades)."""
+    if lo <= 0 or hi <= 0:
+        return []
+    ticks = []
+    for exp in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
+        for m in (1, 2, 5):
+            t = m * 10.0 ** exp
+            if lo / 1.2 <= t <= hi * 1.2:
+                ticks.append(t)
+    return ticks if len(ticks) <= 8 else [t for t in ticks if str(t)[0] == "1"]
+
+
+def _point_label(p: dict) -> str:
+    label = p["arch"]
+    if p.get("filters"):
+        label += f" f{p['filters']}"
+    return label
+
+
+def draw_throughput(plt, points: list[dict]) -> dict:
+    """Samples/s against batch size, one line per arch (and filter count), both axes logarithmic."""
+    series: dict = {}
+    groups: dict[str, list[dict]] = {}
+    for p in points:
+        groups.setdefault(_point_label(p), []).append(p)
+    for label, pts in groups.items():
+        pts = sorted(pts, key=lambda q: q["batch"])
+        xs, ys = [float(q["batch"]) for q in pts], [float(q["samples_per_s"]) for q in pts]
+        plt.plot(xs, ys, color=ARCH_COLORS.get(pts[0]["arch"], COLORS[len(series) % len(COLORS)]), marker="hd",
+                 label=label)
+        series[label] = (xs, ys)
+    if series:
+        plt.xscale("log")
+        plt.yscale("log")
+        batches = sorted({x for xs, _ in series.values() for x in xs})
+        plt.xticks(batches, [f"{b:g}" for b in batches])
+        ys = [y for _, v in series.values() for y in v if y > 0]
+        ticks = log_ticks(min(ys), max(ys))
+        if ticks:
+            plt.yticks(ticks, [si(t) for t in ticks])
+    plt.xlabel("batch size (log)")
+    plt.title("samples/s (log) against batch size")
+    return series
+
+
+def draw_speedup(plt, amdahl: dict | None, threads: int | None = None) -> dict:
+    """Each backend's measured speedup over cpu-serial beside its Amdahl bound (threads for the CPU, infinitely
+    fast kernels for a GPU), from the sweep's Amdahl view (:func:`nncore.analysis.amdahl_view`)."""
+    series: dict = {}
+    if not amdahl:
+        return series
+    measured = {k: v for k, v in amdahl["measured"].items() if v is not None}
+    if not measured:
+        return series
+    labels = [f"{k} {amdahl['threads']}t" if k == "cpu-parallel" else k for k in measured]
+    got = list(measured.values())
+    bound = [amdahl["bound_gpu"] if k == "cuda" else amdahl["bound_threads"] for k in measured]
+    plt.multiple_bar(labels, [got, bound], labels=["measured", "Amdahl bound"], color=["green+", "gray"])
+    plt.ylim(0, max(got + bound) * 1.4)
+    series["measured"], series["Amdahl bound"] = (labels, got), (labels, bound)
+    plt.title("speedup over cpu-serial")
+    return series
+
+
+def draw_parts(plt, points: list[dict]) -> dict:
+    """ms per step of each part (forward + backward, synced steps) at the largest batch swept, a bar per arch."""
+    series: dict = {}
+    if not points:
+        return series
+    batch = max(p["batch"] for p in points)
+    sel = [p for p in points if p["batch"] == batch and p.get("layers")]
+    names = list(dict.fromkeys(l["name"].replace("layer ", "") for p in sel for l in p["layers"]))
+    if not names:
+        return series
+    values, labels = [], []
+    for p in sel:
+        ms = {l["name"].replace("layer ", ""): 0.0 for l in p["layers"]}
+        for l in p["layers"]:
+            ms[l["name"].replace("layer ", "")] += l["fwd_ms"] + l["bwd_ms"]
+        labels.append(_point_label(p))
+        values.append([ms.get(n, 0.0) for n in names])
+        series[labels[-1]] = (names, values[-1])
+    # plotext lists horizontal bars bottom-up: reversed, the step's first part is on top.
+    plt.multiple_bar(names[::-1], [v[::-1] for v in values], labels=labels, orientation="h",
+                     color=[ARCH_COLORS.get(p["arch"], "white") for p in sel])
+    plt.xlabel("ms per step (synced)")
+    plt.title(f"per-part time, batch {batch}")
+    return series
+
+
+def render(draw, *args, width: int = 72, height: int = 14, color: bool = True) -> str:
+    """A chart as text for the terminal (``layerlab runs show``); plain where ``color`` is False."""
+    import plotext
+
+    plotext.clf()
+    plotext.plotsize(width, height)
+    plotext.theme("clear")
+    draw(plotext, *args)
+    text = plotext.build()
+    return text if color else plotext.uncolorize(text)

@@ -1,0 +1,69 @@
+"""A chart widget: one of nncore.charts' draw functions rendered by textual-plotext, with axes, ticks and a
+legend. ``series`` holds what was last plotted (label -> xs, ys), for tests and for the numbers shown beside.
+
+Live data may arrive at every poll (20 a second); a chart is redrawn at most ``RATE_HZ`` times a second, so a
+fast run does not spend its frames drawing curves.
+"""
+from __future__ import annotations
+
+from rich.text import Text
+from textual_plotext import PlotextPlot
+
+RATE_HZ = 4
+COMPACT_BELOW = 10  # rows: a shorter chart drops its title and axis label
+
+
+class Chart(PlotextPlot):
+    DEFAULT_CSS = "Chart { width: 1fr; height: 1fr; min-height: 5; }"
+
+    def __init__(self, draw, empty: str = "", **kwargs):
+        """``draw(plt, *args) -> series``; ``empty``: what shows while there is nothing to plot."""
+        super().__init__(**kwargs)
+        self.draw, self.empty = draw, empty
+        self.args: tuple | None = None
+        self.series: dict = {}
+        self._dirty = False
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.set_interval(1 / RATE_HZ, self._tick)
+
+    def show(self, *args, now: bool = False) -> None:
+        """New data; drawn at the next tick (``now``: at the next frame)."""
+        self.args = args
+        self.series = self._draw_into(_Recorder())  # what will be drawn, known at once
+        self._dirty = True
+        if now:
+            self._tick()
+
+    def clear(self, empty: str | None = None) -> None:
+        self.args, self.series = None, {}
+        if empty is not None:
+            self.empty = empty
+        self.refresh()
+
+    def _tick(self) -> None:
+        if self._dirty:
+            self._dirty = False
+            self.refresh()
+
+    def _draw_into(self, plt) -> dict:
+        return self.draw(plt, *self.args) if self.args is not None else {}
+
+    def render(self):
+        if not self.series:
+            return Text(self.empty, style="dim")
+        plt = self.plt
+        plt.clear_figure()
+        self._draw_into(plt)
+        if self.size.height < COMPACT_BELOW:  # the plot keeps the rows: the legend says what is drawn
+            plt.title("")
+            plt.xlabel("")
+        return super().render()
+
+
+class _Recorder:
+    """A figure that draws nothing: running a draw function on it yields the series at no rendering cost."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
