@@ -86,6 +86,7 @@ class LayerlabApp(GuardedApp):
         if not self.open_config(self.config_name) and self.config_name != DEFAULT_CONFIG:
             self.open_config(DEFAULT_CONFIG)
         self.query_one("#layers").focus()
+        self._show_runs()  # the runs of earlier sessions and of the command line
         self.set_interval(0.05, self._poll)
         self._update_controls()
 

@@ -135,7 +135,14 @@ def test_runs_list_show_compare_export_and_rm(tmp_path):
     assert "quadrant" in text and "finished" in text
     shown = json.loads(layerlab("runs", "--store", path, "show", str(serial), "--json").stdout)
     assert len(shown["epochs"]) == 3 and shown["config"]["train"]["arch"] == "cpu-serial"
-    assert "test acc" in layerlab("runs", "--store", path, "show", str(serial)).stdout
+    text = layerlab("runs", "--store", path, "show", str(serial)).stdout
+    assert "test acc" in text
+    # The charts, in plain text (not a terminal): axes, the epochs on x, the legend.
+    assert "\x1b[" not in text and "loss" in text and "test accuracy" in text and "train (raw)" in text
+    assert "┤" in text and "epoch" in text.split("loss")[-1]
+    assert "┤" not in layerlab("runs", "--store", path, "show", str(serial), "--no-chart").stdout
+    text = layerlab("runs", "--store", path, "compare", str(serial), str(parallel)).stdout
+    assert f"#{serial} train" in text and f"#{parallel} test" in text  # the curves overlaid
     compared = json.loads(layerlab("runs", "--store", path, "compare", str(serial), str(parallel), "--json").stdout)
     assert compared[0]["speedup"] == pytest.approx(1.0)
     assert compared[1]["speedup"] == pytest.approx(compared[1]["samples_per_s"] / compared[0]["samples_per_s"])
@@ -178,6 +185,8 @@ def test_sweeps_and_benchmarks_are_recorded_with_their_points(tmp_path):
     assert (sweep["kind"], bench["kind"]) == ("sweep", "bench")
     assert Store(path).run(bench["id"])["points"] == json.loads((tmp_path / "b.json").read_text())
     assert Store(path).run(sweep["id"])["points"] == json.loads((tmp_path / "sw" / "sweep.json").read_text())["points"]
+    text = layerlab("runs", "--store", path, "show", str(sweep["id"])).stdout
+    assert "samples/s (log) against batch size" in text and "cpu-serial" in text.split("samples/s (log)")[-1]
 
 
 def test_listed_rates_leave_out_step_one_as_the_app_does(tmp_path):

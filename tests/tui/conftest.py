@@ -91,7 +91,7 @@ class FakeHandle:
         from nncore.store import Recorder, Store
 
         FakeHandle.started.append(cfg)
-        self.events = [{**e, "config": cfg} if e["event"] == "run_started" else e  # as a trainer reports it
+        self.events = [{**e, "config": cfg, "arch": cfg["train"]["arch"]} if e["event"] == "run_started" else e
                        for e in (events if events is not None else scripted_run())]
         self.finished = self.closed = False
         self.sent: list[str] = []

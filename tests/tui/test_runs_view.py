@@ -1,0 +1,188 @@
+"""The Runs view over the run store: runs written by `layerlab train` listed, their curves plotted from the
+store, marked runs overlaid, rerun, delete and export from the view, and a store that cannot be used."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from textual.widgets import DataTable
+
+from nncore.store import Store
+from tests.tui.conftest import record, scripted_run, screen_text, wait_for
+from tui.app import LayerlabApp
+from tui.screens.pick import ConfirmScreen
+from tui.state import STORE_COLUMNS
+from tui.widgets.charts import Chart
+
+SIZE = (120, 36)
+
+
+def _rows(app) -> list[dict]:
+    table = app.query_one("#runs-table", DataTable)
+    return [dict(zip(STORE_COLUMNS, (str(c) for c in table.get_row_at(i)))) for i in range(table.row_count)]
+
+
+def _train(home, *args) -> None:
+    env = {**os.environ, "LAYERLAB_HOME": str(home)}
+    proc = subprocess.run([sys.executable, "-m", "tui.launch", "train", "quadrant", "--epochs", "2", "--quiet",
+                           "--jsonl", str(home / f"run{len(list(home.glob('run*.jsonl')))}.jsonl"), *args],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _events(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def test_runs_written_by_train_are_listed_and_plotted(fixed_env, tmp_path):
+    home = tmp_path / "home"  # the app's store (conftest points LAYERLAB_HOME here)
+    home.mkdir(exist_ok=True)
+    _train(home, "--arch", "cpu-serial")
+    _train(home, "--arch", "cpu-parallel", "--lr", "0.05")
+    first, second = _events(home / "run0.jsonl"), _events(home / "run1.jsonl")
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        rows = _rows(app)
+        assert [r["arch"] for r in rows] == ["cpu-parallel", "cpu-serial"]  # newest first
+        assert all(r["network"] == "quadrant" and r["status"] == "finished" and r["epochs"] == "2" for r in rows)
+        assert rows[1]["speedup"] == "1.00x" and rows[0]["speedup"].endswith("x")
+        # The selected (newest) run's curves hold its events' values.
+        loss, acc = app.query_one("#runs-loss", Chart), app.query_one("#runs-acc", Chart)
+        spe = second[0]["steps_per_epoch"]
+        steps = [e for e in second if e["event"] == "step"]
+        epochs = [e for e in second if e["event"] == "epoch_end"]
+        assert loss.series["train (raw)"][0] == pytest.approx([e["step"] / spe for e in steps])
+        assert loss.series["train (raw)"][1] == pytest.approx([e["loss"] for e in steps])
+        assert loss.series["test"][1] == pytest.approx([e["test_loss"] for e in epochs])
+        assert acc.series["test acc"][1] == pytest.approx([e["test_acc"] for e in epochs])
+        # Down to the older run: its curves.
+        await pilot.press("down")
+        await pilot.pause()
+        old_epochs = [e for e in first if e["event"] == "epoch_end"]
+        assert loss.series["test"][1] == pytest.approx([e["test_loss"] for e in old_epochs])
+        # Both marked: overlaid, one train and one test curve each, labelled by run id.
+        ids = [int(r["id"]) for r in rows]
+        await pilot.press("space", "up", "space")
+        await pilot.pause()
+        assert set(loss.series) == {f"#{ids[1]} train", f"#{ids[1]} test", f"#{ids[0]} train", f"#{ids[0]} test"}
+        assert loss.series[f"#{ids[1]} test"][1] == pytest.approx([e["test_loss"] for e in old_epochs])
+        assert loss.series[f"#{ids[0]} test"][1] == pytest.approx([e["test_loss"] for e in epochs])
+        assert set(acc.series) == {f"#{ids[0]}", f"#{ids[1]}"}
+        assert "2 marked" in screen_text(app)
+        # The newest unmarked: the one still marked is shown, though the cursor is on the other.
+        await pilot.press("space")
+        await pilot.pause()
+        assert acc.series["test acc"][1] == pytest.approx([e["test_acc"] for e in old_epochs])
+
+
+async def test_delete_and_export_from_the_view(fixed_env, tmp_path):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        cfg = app._run_config()
+        ids = [record(app.store, scripted_run(), {**cfg, "train": {**cfg["train"], "arch": a}})
+               for a in ("cpu-serial", "cpu-parallel", "cpu-serial")]
+        app._show_runs()
+        await pilot.press("4")
+        await pilot.pause()
+        assert [int(r["id"]) for r in _rows(app)] == ids[::-1]
+        await pilot.press("space", "down", "space")  # the two newest marked
+        await pilot.press("d")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen) and f"#{ids[2]}" in app.screen.question
+        await pilot.press("n")  # declined: nothing goes
+        await pilot.pause()
+        assert len(_rows(app)) == 3
+        await pilot.press("d")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert [int(r["id"]) for r in _rows(app)] == [ids[0]]
+        assert [r["id"] for r in Store().runs()] == [ids[0]]
+        # Export (nothing marked: every run) as JSON, and it parses to what the store holds.
+        await pilot.press("e")
+        await pilot.pause()
+        app.screen.query_one("#path-input").value = str(tmp_path / "out.json")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: (tmp_path / "out.json").exists())
+        exported = json.loads((tmp_path / "out.json").read_text())
+        assert exported == [json.loads(json.dumps(Store().run(ids[0])))]
+
+
+async def test_a_running_run_is_not_deleted_and_a_sweep_has_no_curves(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        cfg = app._run_config()
+        record(app.store, scripted_run()[:5], cfg)  # still running: no run_finished yet
+        sweep = app.store.begin("sweep", "quadrant", {"model": cfg["model"]}, arch="cpu-serial")
+        app.store.add_points(sweep, [{"arch": "cpu-serial", "batch": 32, "samples_per_s": 1000.0}])
+        app.store.update(sweep, status="finished")
+        app._show_runs()
+        await pilot.press("4")
+        await pilot.pause()
+        assert "is a sweep" in str(app.query_one("#runs-loss", Chart).render())
+        await pilot.press("r")  # a sweep is not rerun as training
+        await pilot.pause()
+        assert app.handle is None
+        await pilot.press("down", "d")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen) and len(_rows(app)) == 2
+
+
+async def test_rerun_from_the_store(fixed_env, fake_runs):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        cfg = app._run_config()
+        record(app.store, scripted_run(), {**cfg, "train": {**cfg["train"], "arch": "cpu-serial", "epochs": 7}})
+        app._show_runs()
+        await pilot.press("4", "r")
+        await wait_for(pilot, lambda: fake_runs)
+        assert fake_runs[-1]["train"]["arch"] == "cpu-parallel" and fake_runs[-1]["train"]["epochs"] == 7
+        await wait_for(pilot, lambda: app.handle is None)
+        await pilot.press("4")
+        await pilot.pause()
+        assert [r["arch"] for r in _rows(app)] == ["cpu-parallel", "cpu-serial"]  # the rerun was recorded
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "newer"])
+async def test_a_store_that_cannot_be_used_leaves_the_app_without_history(fixed_env, fake_runs, tmp_path, damage):
+    home = tmp_path / "home"
+    path = home / "runs.sqlite"
+    home.mkdir(exist_ok=True)
+    if damage == "garbage":
+        path.write_bytes(os.urandom(3000))
+    else:
+        store = Store(path)
+        cfg = {"model": {"layers": []}, "train": {"batch_size": 8}}
+        store.begin("train", "x", cfg)
+        if damage == "newer":
+            store.db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+        store.close()
+        if damage == "truncated":
+            path.write_bytes(path.read_bytes()[:1500])
+    before = path.read_bytes()
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.store.memory and str(path) in app.store_note
+        await pilot.press("s")  # a run still trains, and is kept for the session
+        await wait_for(pilot, lambda: app.handle is None)
+        await pilot.press("4")
+        await pilot.pause()
+        rows = _rows(app)
+        assert len(rows) == 1 and rows[0]["status"] == "finished" and rows[0]["epochs"] == "3"
+        assert "no history" in screen_text(app)
+        assert app.query_one("#runs-loss", Chart).series["test"][1] == pytest.approx([0.65, 0.325, 0.65 / 3])
+    assert path.read_bytes() == before  # never written
+
+
+async def test_no_store_keeps_the_session_only(fixed_env, fake_runs, tmp_path):
+    app = LayerlabApp("quadrant", store=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.handle is None)
+        await pilot.press("4")
+        await pilot.pause()
+        assert len(_rows(app)) == 1 and "--no-store" in screen_text(app)
+    assert not (tmp_path / "home" / "runs.sqlite").exists()
