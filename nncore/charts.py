@@ -97,7 +97,7 @@ def draw_loss(plt, runs: list[Curves]) -> dict:
         tops.append(top if top is not None else max(raw + test, default=0.0))
         bottoms.append(min(raw + test, default=0.0))
     for label, test_x, test, color in tests:  # drawn last: on top of the step curves
-        plt.plot(test_x, test, color=color, marker="hd", label=label)
+        plt.plot(test_x, test, color=color, marker="braille", label=label)
         series[label] = (test_x, test)
     if series:
         lo, hi = min(bottoms), max(tops)
@@ -110,12 +110,12 @@ def draw_loss(plt, runs: list[Curves]) -> dict:
 
 
 def _epoch_ticks(plt, series: dict) -> None:
-    """Whole epochs on the x axis, where there are few enough to label each (or every other)."""
+    """Whole epochs on the x axis: each, or every 2nd, 5th, 10th, ... so that at most ten or so are labelled."""
     last = math.ceil(max(max(xs) for xs, _ in series.values() if xs) - 1e-9)
-    if last <= 24:
-        step = 1 if last <= 12 else 2
-        ticks = list(range(0 if min(min(xs) for xs, _ in series.values() if xs) < 1 else 1, last + 1, step))
-        plt.xticks(ticks, [str(t) for t in ticks])
+    step = next(m * 10 ** e for e in range(12) for m in (1, 2, 5) if last / (m * 10 ** e) <= 10)
+    first = 0 if min(min(xs) for xs, _ in series.values() if xs) < 1 else 1
+    ticks = sorted({first, *range(step, last + 1, step)})
+    plt.xticks(ticks, [str(t) for t in ticks])
 
 
 def draw_accuracy(plt, runs: list[Curves]) -> dict:
