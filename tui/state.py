@@ -6,12 +6,10 @@ dataset, speedups, export) are plain functions and testable on their own.
 from __future__ import annotations
 
 import copy
-import csv
 import inspect
-import io
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from nncore.config import fit_model
 from nncore.errors import ConfigError
@@ -227,24 +225,13 @@ class RunRecord:
         self.s_per_epoch = self.train_s / self.epochs if self.epochs else None
         self.samples_per_s = self.samples / self.train_s if self.train_s > 0 else None
 
-    def row(self) -> dict:
-        return {k: getattr(self, k) for k in COLUMNS}
-
 
 def spec_key(model: dict) -> str:
     """Runs of the same network compare only with each other."""
     return json.dumps(model, sort_keys=True)
 
 
-def update_speedups(runs: list[RunRecord]) -> None:
-    """Speedup of each run over the latest cpu-serial run of the same network and batch size."""
-    for run in runs:
-        base = next((r for r in reversed(runs) if r.arch == "cpu-serial" and r.ranks == 1
-                     and r.spec_key == run.spec_key and r.batch == run.batch and r.samples_per_s), None)
-        run.speedup = run.samples_per_s / base.samples_per_s if base and run.samples_per_s else None
-
-
-# The Runs table's columns, most telling first (a narrow terminal shows the first ones), and what each means.
+# The Runs view's columns, most telling first (a narrow terminal shows the first ones), and what each means.
 COLUMNS = ["network", "arch", "samples_per_s", "speedup", "test_acc", "status", "batch", "epochs", "threads", "ranks",
            "s_per_epoch"]
 HEADERS = {"samples_per_s": "samples/s", "test_acc": "test acc", "s_per_epoch": "s/epoch", "threads": "thr",
@@ -266,7 +253,7 @@ HEADERS.update({"mark": "✓", "id": "#", "started": "started"})
 
 def store_rows(runs: list[dict], marked: list[int] = ()) -> list[dict]:
     """The run store's rows (``Store.runs``, newest first) as the Runs view shows them, with each run's speedup
-    over the latest cpu-serial run of the same network and batch size (as :func:`update_speedups`)."""
+    over the latest cpu-serial training run of the same network and batch size."""
     import time
 
     out = []
@@ -286,14 +273,3 @@ def store_rows(runs: list[dict], marked: list[int] = ()) -> list[dict]:
         if row["kind"] == "train" and base is not None and row["samples_per_s"]:
             row["speedup"] = row["samples_per_s"] / base["samples_per_s"]
     return out
-
-
-def export_runs(runs: list[RunRecord], fmt: str) -> str:
-    rows = [r.row() for r in runs]
-    if fmt == "json":
-        return json.dumps(rows, indent=2) + "\n"
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue()

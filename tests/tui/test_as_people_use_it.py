@@ -1,6 +1,5 @@
 """The app as people use it: ordinary choices that once crashed it, keys typed at human speed from every kind of
 widget, and numbers that must not mislead. Each test drives the app through its keys where a person would."""
-import time
 
 import pytest
 from textual.widgets import Button, Input, Select

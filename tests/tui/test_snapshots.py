@@ -8,7 +8,7 @@ import pytest
 
 from tests.tui.conftest import record, scripted_run
 from tui.app import LayerlabApp
-from tui.state import Draft, RunRecord, spec_key
+from tui.state import RunRecord, spec_key
 
 SIZES = [(80, 24), (140, 45)]
 

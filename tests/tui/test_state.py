@@ -1,15 +1,12 @@
 """The app's rules without widgets: parameter kinds and parsing, draft edits and checks against the dataset,
-run records, speedups, export, saving."""
-import csv
-import io
-import json
+run records, the Runs view's rows and speedups, saving."""
 
 import pytest
 
 from nncore.config import load_config
 from nncore.data import DatasetInfo
-from tui.state import (Draft, RunRecord, export_runs, layer_params, parse_param, parse_shape, plural, spec_key,
-                       update_speedups)
+from tui.state import (Draft, RunRecord, layer_params, parse_param, parse_shape, plural,
+                       store_rows)
 
 QUADRANT = DatasetInfo("quadrant", (2,), 2)
 IMAGES = DatasetInfo("fashion-subset", (1, 28, 28), 10)
@@ -104,29 +101,30 @@ def test_run_record_rates_are_over_the_run():
     run.add_epoch({"epoch": 2, "test_acc": 0.7, "epoch_s": 1.0, "samples_per_s": 2000.0})
     assert run.s_per_epoch == pytest.approx(1.5) and run.samples_per_s == pytest.approx(4000 / 3)
     assert run.test_acc == 0.7 and run.epochs == 2
-    assert RunRecord("n", "cpu-serial", 1, 32).row()["test_acc"] is None  # no evaluation: no accuracy
+    assert RunRecord("n", "cpu-serial", 1, 32).test_acc is None  # no evaluation: no accuracy
     # Step 1 (compiling the kernels) is left out of the rate: 2000 samples in 2.0 s of which step 1 took 1.5 s.
     run = RunRecord("n", "cpu-serial", 1, 32)
     run.add_epoch({"epoch": 1, "test_acc": 0.5, "epoch_s": 2.0, "samples_per_s": 1000.0, "first_step_s": 1.5})
     assert run.samples_per_s == pytest.approx((2000 - 32) / 0.5) and run.s_per_epoch == pytest.approx(0.5)
 
 
-def test_speedups_compare_same_network_and_batch():
-    a, b = spec_key({"layers": [1]}), spec_key({"layers": [2]})
-    runs = [RunRecord("n", "cpu-serial", 1, 32, 1, samples_per_s=1000.0, spec_key=a),
-            RunRecord("n", "cpu-parallel", 2, 32, 1, samples_per_s=1800.0, spec_key=a),
-            RunRecord("n", "cpu-parallel", 2, 64, 1, samples_per_s=2500.0, spec_key=a),
-            RunRecord("m", "cpu-parallel", 2, 32, 1, samples_per_s=900.0, spec_key=b)]
-    update_speedups(runs)
-    assert [r.speedup for r in runs] == [1.0, 1.8, None, None]
+def test_store_rows_compare_same_network_and_batch():
+    """A run's speedup is over the latest cpu-serial training run of the same network and batch size."""
+    def run(i, arch, batch, rate, layers, kind="train", threads=1):
+        return {"id": i, "name": "n", "arch": arch, "samples_per_s": rate, "test_acc": None, "status": "finished",
+                "epochs_done": 1, "threads": threads, "ranks": 1, "s_per_epoch": 0.1, "started": 1.7e9 + i,
+                "kind": kind, "config": {"model": {"layers": layers}, "train": {"batch_size": batch}}}
 
-
-def test_export_csv_and_json():
-    runs = [RunRecord("quadrant", "cpu-serial", 1, 32, 3, 0.99, 0.1, 16000.0, "finished", 1.0)]
-    rows = list(csv.DictReader(io.StringIO(export_runs(runs, "csv"))))
-    assert rows[0]["arch"] == "cpu-serial" and float(rows[0]["samples_per_s"]) == 16000.0
-    data = json.loads(export_runs(runs, "json"))
-    assert data[0]["test_acc"] == 0.99 and "config" not in data[0]
+    runs = [run(6, "cpu-serial", 32, 1250.0, [1]),  # newest first: the latest cpu-serial is the base
+            run(5, "cpu-parallel", 32, 1800.0, [1], threads=2),
+            run(4, "cpu-serial", 32, 1000.0, [1]),
+            run(3, "cpu-parallel", 64, 2500.0, [1]),
+            run(2, "cpu-parallel", 32, 900.0, [2]),
+            run(1, "cpu-serial", 32, None, [2], kind="sweep")]
+    rows = store_rows(runs, marked=[5])
+    assert [r["speedup"] for r in rows] == [1.0, pytest.approx(1.44), pytest.approx(0.8), None, None, None]
+    assert [r["mark"] for r in rows] == ["", "✓", "", "", "", ""]
+    assert rows[1]["batch"] == 32 and rows[1]["threads"] == 2 and rows[5]["kind"] == "sweep"
 
 
 def test_plural():

@@ -94,7 +94,7 @@ class RunsPane(Guarded, Vertical):
         if not self.rows:
             text = "no runs yet: start one with s (F6)"
         else:
-            more = f" (more load as you go down)" if len(self.rows) < self.total else ""
+            more = " (more load as you go down)" if len(self.rows) < self.total else ""
             marked = f" · {len(self.marked)} marked" if self.marked else ""
             text = (f"runs 1–{len(self.rows)} of {self.total:,}{more}{marked} · space: mark · r: rerun · "
                     f"d: delete · e: export")
