@@ -238,8 +238,8 @@ async def test_rerun_on_the_next_backend(fixed_env, fake_runs):
         await wait_for(pilot, lambda: app.handle is None and app.runs and app.runs[0].status == "finished")
         await pilot.press("4")
         await pilot.press("r")
-        assert app.runs[0].arch == "cpu-serial"  # as the (scripted) run reported
-        assert fake_runs[-1]["train"]["arch"] == "cpu-parallel"  # the next backend
+        assert app.runs[0].arch == "cpu-parallel"  # as the run reported (the app's default backend)
+        assert fake_runs[-1]["train"]["arch"] == "cpu-serial"  # the next available one (cuda is not)
         assert fake_runs[-1]["model"] == app.runs[0].config["model"] and len(app.runs) == 2
 
 
