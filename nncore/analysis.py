@@ -80,6 +80,7 @@ class AmdahlView:
     bound_gpu: float  # for s -> infinity
     measured: dict  # arch -> measured speedup
     layer_shares: list  # (part name, share of the step)
+    batch: int = 0  # the batch size of the cpu-serial point (and of the measured speedups)
 
 
 def amdahl_view(serial: SweepPoint, launch_ms: float, threads: int, measured: dict) -> AmdahlView:
@@ -98,7 +99,7 @@ def amdahl_view(serial: SweepPoint, launch_ms: float, threads: int, measured: di
     whole = max(parts_ms, serial.ms_per_step)
     shares = [(l["name"], (l["fwd_ms"] + l["bwd_ms"]) / whole) for l in serial.layers]
     return AmdahlView(p, kernel, host, amdahl_bound(p, threads), threads, amdahl_bound(p, math.inf), measured,
-                      shares)
+                      shares, serial.batch)
 
 
 def measure_launch_ms(repeats: int = 2000) -> float:

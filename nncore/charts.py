@@ -66,7 +66,15 @@ def _loss_top(raw: list[float], smoothed: list[float], test: list[float]) -> flo
     return top if max(raw) > top else None
 
 
-def draw_loss(plt, runs: list[Curves]) -> dict:
+def _headroom(lo: float, hi: float, entries: int, rows: int | None) -> float:
+    """The axis top that leaves the legend (``entries`` rows at the plot's top) above the data: plotext puts
+    the legend inside the plot, over whatever is drawn there. ``rows``: the chart's height (None: a guess)."""
+    plot_rows = max(4, (rows or 24) - 5)  # less the title, the frame, the ticks and the axis label
+    entries = min(entries, plot_rows - 2)
+    return hi + (hi - lo) * (entries + 0.5) / max(plot_rows - entries - 0.5, 1.0)
+
+
+def draw_loss(plt, runs: list[Curves], rows: int | None = None) -> dict:
     """Train loss per step (smoothed, the raw line faint under it for a single run) and test loss per epoch;
     one colour per run when several are overlaid."""
     series: dict = {}
@@ -102,7 +110,8 @@ def draw_loss(plt, runs: list[Curves]) -> dict:
     if series:
         lo, hi = min(bottoms), max(tops)
         pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
-        plt.ylim(max(0.0, lo - pad) if lo >= 0 else lo - pad, hi + pad)
+        lo = max(0.0, lo - pad) if lo >= 0 else lo - pad
+        plt.ylim(lo, _headroom(lo, hi + pad, len(series), rows))
         _epoch_ticks(plt, series)
     plt.xlabel("epoch")
     plt.title("loss")
@@ -118,19 +127,20 @@ def _epoch_ticks(plt, series: dict) -> None:
     plt.xticks(ticks, [str(t) for t in ticks])
 
 
-def draw_accuracy(plt, runs: list[Curves]) -> dict:
-    """Test accuracy per epoch, one colour per run."""
+def draw_accuracy(plt, runs: list[Curves], rows: int | None = None) -> dict:
+    """Test accuracy per epoch, one colour per run (one run: no legend, the title says it)."""
     series: dict = {}
+    single = len(runs) == 1
     for i, run in enumerate(runs):
         xs, acc = _xy((e, a) for e, _, a in run.epochs)
         if acc:
-            label = "test acc" if len(runs) == 1 else run.label
-            plt.plot(xs, acc, color="green+" if len(runs) == 1 else COLORS[i % len(COLORS)], marker="hd",
-                     label=label)
+            label = "test acc" if single else run.label
+            plt.plot(xs, acc, color="green+" if single else COLORS[i % len(COLORS)], marker="hd",
+                     label=None if single else label)
             series[label] = (xs, acc)
     if series:
-        lo = min(min(ys) for _, ys in series.values())
-        plt.ylim(max(0.0, lo - 0.05), 1.0)
+        lo = max(0.0, min(min(ys) for _, ys in series.values()) - 0.05)
+        plt.ylim(lo, 1.0 if single else max(1.0, _headroom(lo, 1.0, len(series), rows)))
         _epoch_ticks(plt, series)
     plt.xlabel("epoch")
     plt.title("test accuracy")
@@ -165,7 +175,7 @@ def _point_label(p: dict) -> str:
     return label
 
 
-def draw_throughput(plt, points: list[dict]) -> dict:
+def draw_throughput(plt, points: list[dict], rows: int | None = None) -> dict:
     """Samples/s against batch size, one line per arch (and filter count), both axes logarithmic."""
     series: dict = {}
     groups: dict[str, list[dict]] = {}
@@ -184,6 +194,9 @@ def draw_throughput(plt, points: list[dict]) -> dict:
         plt.xticks(batches, [f"{b:g}" for b in batches])
         ys = [y for _, v in series.values() for y in v if y > 0]
         ticks = log_ticks(min(ys), max(ys))
+        if len(ticks) < 3:  # within a decade: the ends and their geometric middle, to two figures
+            lo, hi = min(ys), max(ys)
+            ticks = sorted({float(f"{t:.2g}") for t in (lo, math.sqrt(lo * hi), hi)} | set(ticks))
         if ticks:
             plt.yticks(ticks, [si(t) for t in ticks])
     plt.xlabel("batch size (log)")
@@ -191,7 +204,7 @@ def draw_throughput(plt, points: list[dict]) -> dict:
     return series
 
 
-def draw_speedup(plt, amdahl: dict | None, threads: int | None = None) -> dict:
+def draw_speedup(plt, amdahl: dict | None, rows: int | None = None) -> dict:
     """Each backend's measured speedup over cpu-serial beside its Amdahl bound (threads for the CPU, infinitely
     fast kernels for a GPU), from the sweep's Amdahl view (:func:`nncore.analysis.amdahl_view`)."""
     series: dict = {}
@@ -204,14 +217,16 @@ def draw_speedup(plt, amdahl: dict | None, threads: int | None = None) -> dict:
     got = list(measured.values())
     bound = [amdahl["bound_gpu"] if k == "cuda" else amdahl["bound_threads"] for k in measured]
     plt.multiple_bar(labels, [got, bound], labels=["measured", "Amdahl bound"], color=["green+", "gray"])
-    plt.ylim(0, max(got + bound) * 1.4)
+    plt.ylim(0, _headroom(0.0, max(got + bound), 2, rows))
     series["measured"], series["Amdahl bound"] = (labels, got), (labels, bound)
-    plt.title("speedup over cpu-serial")
+    plt.title(f"speedup over cpu-serial, batch {amdahl['batch']}" if amdahl.get("batch") else
+              "speedup over cpu-serial")
     return series
 
 
-def draw_parts(plt, points: list[dict]) -> dict:
-    """ms per step of each part (forward + backward, synced steps) at the largest batch swept, a bar per arch."""
+def draw_parts(plt, points: list[dict], rows: int | None = None) -> dict:
+    """ms per step of each part (forward + backward, synced steps) at the largest batch swept: one labelled bar
+    per part and arch ("0 (Linear) cpu-serial"), coloured by arch, the step's first part on top."""
     series: dict = {}
     if not points:
         return series
@@ -220,16 +235,18 @@ def draw_parts(plt, points: list[dict]) -> dict:
     names = list(dict.fromkeys(l["name"].replace("layer ", "") for p in sel for l in p["layers"]))
     if not names:
         return series
-    values, labels = [], []
+    bars, values = [], []  # one series per arch, zero on the other archs' bars
     for p in sel:
-        ms = {l["name"].replace("layer ", ""): 0.0 for l in p["layers"]}
+        ms = {n: 0.0 for n in names}
         for l in p["layers"]:
             ms[l["name"].replace("layer ", "")] += l["fwd_ms"] + l["bwd_ms"]
-        labels.append(_point_label(p))
-        values.append([ms.get(n, 0.0) for n in names])
-        series[labels[-1]] = (names, values[-1])
-    # plotext lists horizontal bars bottom-up: reversed, the step's first part is on top.
-    plt.multiple_bar(names[::-1], [v[::-1] for v in values], labels=labels, orientation="h",
+        series[_point_label(p)] = (names, [ms[n] for n in names])
+    for n in names:
+        for label in series:
+            bars.append(f"{n} {label}" if len(series) > 1 else n)
+    for i, label in enumerate(series):
+        values.append([series[label][1][j] if k == i else 0.0 for j in range(len(names)) for k in range(len(series))])
+    plt.multiple_bar(bars[::-1], [v[::-1] for v in values], orientation="h",
                      color=[ARCH_COLORS.get(p["arch"], "white") for p in sel])
     plt.xlabel("ms per step (synced)")
     plt.title(f"per-part time, batch {batch}")
@@ -243,6 +260,6 @@ def render(draw, *args, width: int = 72, height: int = 14, color: bool = True) -
     plotext.clf()
     plotext.plotsize(width, height)
     plotext.theme("clear")
-    draw(plotext, *args)
+    draw(plotext, *args, rows=height)
     text = plotext.build()
     return text if color else plotext.uncolorize(text)

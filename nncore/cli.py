@@ -139,6 +139,8 @@ def _parser() -> argparse.ArgumentParser:
     fmt.add_argument("--json", metavar="FILE|-")
     rm = rsub.add_parser("rm", help="delete runs")
     rm.add_argument("ids", type=_int_arg, nargs="+")
+    for sp in (rl, rs, rc, rx, rm):  # `runs list --store P` as well as `runs --store P list`
+        sp.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS, help="the run store (as above)")
     ui = sub.add_parser("tui", help="the terminal app (the default with no arguments)")
     ui.add_argument("config", nargs="?", help="a config to open (default: quadrant)")
     return p
@@ -447,7 +449,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "runs":
             from nncore.runscli import run_runs
 
-            return run_runs(args)
+            try:
+                return run_runs(args)
+            except BrokenPipeError:  # `layerlab runs show 3 | head`: the reader has what it wanted
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+                return EXIT_OK
         if args.command == "train":
             ranks = _ranks_wanted(args)
             return _launch_ranks(args, argv, ranks) if ranks is not None else _train(args)

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from .errors import ConfigError, LayerlabError
 from .fileio import check_output, write_or_rescue
-from .store import Store, mean_rate
+from .store import Store, StoreError, mean_rate
 
 EPOCH_COLUMNS = ["run_id", "name", "arch", "threads", "ranks", "status", "epoch", "steps", "train_loss", "test_loss",
                  "test_acc", "val_loss", "val_acc", "samples_per_s", "epoch_s"]
@@ -63,7 +63,8 @@ def _show(store: Store, args) -> int:
     if args.json:
         print(json.dumps(run, indent=1))
         return 0
-    print(f"run {run['id']}: {run['name']} ({run['kind']}) on {run['arch']}, {run['threads']} thread(s), "
+    threads = "" if run["threads"] is None else f", {run['threads']} thread(s)"
+    print(f"run {run['id']}: {run['name']} ({run['kind']}) on {run['arch'] or '—'}{threads}, "
           f"{run['ranks']} rank(s); {run['device'] or 'device unknown'} on {run['host']}")
     print(f"started {_when(run['started'])}, ended {_when(run['ended'])}; status {run['status']}"
           + (f": {run['error']}" if run["error"] else ""))
@@ -79,8 +80,14 @@ def _show(store: Store, args) -> int:
             print(f"\nper-part timings, epoch {run['epochs'][-1]['epoch']} (synced steps):")
             for t in last:
                 print(f"  {t['name']:<24} fwd {t['fwd_ms']:8.3f} ms  bwd {t['bwd_ms']:8.3f} ms  {100 * t['share']:5.1f}%")
-    for p in run["points"]:
-        print("point: " + json.dumps(p))
+    if run["points"]:
+        print(f"\n{'arch':<14} {'thr':>3} {'batch':>6} {'filters':>7} {'samples/s':>11} {'ms/step':>9} "
+              f"{'GFLOP/s':>8} {'speedup':>8}")
+        for p in run["points"]:  # a sweep's or a benchmark's points (--json has them whole)
+            print(f"{str(p.get('arch') or p.get('workload') or '—')[:14]:<14} {_num(p.get('threads'), ''):>3} "
+                  f"{_num(p.get('batch'), ''):>6} {_num(p.get('filters'), ''):>7} "
+                  f"{_num(p.get('samples_per_s'), ',.0f'):>11} {_num(p.get('ms_per_step'), '.2f'):>9} "
+                  f"{_num(p.get('gflops'), '.1f'):>8} {_num(p.get('speedup'), '.2f'):>8}")
     _charts(args, [run])
     return 0
 
@@ -184,7 +191,13 @@ def run_runs(args) -> int:
         print("layerlab: error: runs: choose list, show, compare, export or rm", file=sys.stderr)
         return 2
     try:
-        store = Store(args.store)
+        try:
+            store = Store(args.store, create=False)  # reading (or removing) never makes a store
+        except StoreError as exc:
+            if exc.missing and args.runs_command == "list":
+                print(f"no runs: {exc}")
+                return 0
+            raise
         try:
             return {"list": _list, "show": _show, "compare": _compare, "export": _export,
                     "rm": _rm}[args.runs_command](store, args)

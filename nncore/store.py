@@ -76,6 +76,10 @@ class StoreError(LayerlabError):
 
     exit_code = 2
 
+    def __init__(self, message: str, missing: bool = False):
+        super().__init__(message)
+        self.missing = missing  # no store at the path: nothing recorded yet
+
 
 def default_path() -> Path:
     from .paths import home
@@ -114,12 +118,18 @@ def _alive(pid: int, start: str | None) -> bool:
 class Store:
     """One open run store. ``Store(path)`` opens (creating it if absent), migrates, and marks dead runs."""
 
-    def __init__(self, path=None, timeout: float = 30.0):
-        """``path`` ``":memory:"``: a store of this process only (the app's when the file cannot be used)."""
+    def __init__(self, path=None, timeout: float = 30.0, create: bool = True):
+        """``path`` ``":memory:"``: a store of this process only (the app's when the file cannot be used);
+        ``create`` False: a store that does not exist yet is refused (a reading command makes no file)."""
         self.memory = path == MEMORY
+        if not self.memory and path is not None and str(path).endswith(("/", os.sep)):
+            raise StoreError(f"run store {path}: names a directory; give the store's file (e.g. {path}runs.sqlite)")
         self.path = Path(path) if path is not None else default_path()
         from .limits import kernel_file
 
+        if not self.memory and not create and not self.path.exists():
+            raise StoreError(f"run store {self.path}: none there yet (a run records one); nothing to read",
+                             missing=True)
         if not self.memory and ((self.path.exists() and not self.path.is_file()) or kernel_file(self.path)):
             raise StoreError(f"run store {self.path}: not a regular file")  # a FIFO could block for ever
         try:

@@ -445,8 +445,9 @@ class LayerlabApp(GuardedApp):
         if self.handle is not None or self.sweeper is not None:
             self.notify("wait for the current run or sweep to end", severity="warning")
             return
-        cfg = {k: row["config"][k] for k in ("model", "data", "train", "source") if k in row["config"]}
+        cfg = {k: row["config"][k] for k in ("model", "data", "train") if k in row["config"]}
         cfg["train"] = {**cfg["train"], "arch": self._next_arch(row["arch"])}
+        cfg["source"] = row["network"]  # recorded under the run's name, not its config file's path
         try:
             check_run(RunConfig(**cfg))
         except (LayerlabError, TypeError) as exc:

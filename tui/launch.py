@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         elif arg == "--store" or arg.startswith("--store="):
             value = arg.partition("=")[2] if "=" in arg else (args.pop(0) if args else "")
             if not value:
-                print(f"layerlab: error: --store needs a path\n{USAGE}", end="", file=sys.stderr)
+                print("layerlab: error: --store needs a path (layerlab tui --help)", file=sys.stderr)
                 return cli.EXIT_CONFIG
             store = value
         else:

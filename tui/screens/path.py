@@ -47,6 +47,10 @@ class PathScreen(Guarded, ModalScreen[str | None]):
             yield Input(self.value, id="path-input", select_on_focus=False)
             yield Label("enter to confirm · escape to cancel", classes="hint", id="path-hint", markup=False)
 
+    def on_mount(self) -> None:
+        field = self.query_one("#path-input", Input)
+        field.cursor_position = len(field.value)  # the file name's end (its suffix) in view, ready to edit
+
     def _say(self, text: str) -> None:
         hint = self.query_one("#path-hint", Label)
         hint.update(f"✗ {text}")
