@@ -168,19 +168,22 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     return ticks if len(ticks) <= 8 else [t for t in ticks if str(t)[0] == "1"]
 
 
-def _point_label(p: dict) -> str:
-    label = p["arch"]
-    if p.get("filters"):
-        label += f" f{p['filters']}"
-    return label
+def _point_labels(points: list[dict]) -> list[str]:
+    """Each point's series: its arch, with the filter count where set, and the thread count where the points
+    hold several for that arch (a threads sweep)."""
+    threads: dict[str, set] = {}
+    for p in points:
+        threads.setdefault(p["arch"], set()).add(p.get("threads"))
+    return [p["arch"] + (f" {p['threads']}t" if len(threads[p["arch"]]) > 1 else "")
+            + (f" f{p['filters']}" if p.get("filters") else "") for p in points]
 
 
 def draw_throughput(plt, points: list[dict], rows: int | None = None) -> dict:
     """Samples/s against batch size, one line per arch (and filter count), both axes logarithmic."""
     series: dict = {}
     groups: dict[str, list[dict]] = {}
-    for p in points:
-        groups.setdefault(_point_label(p), []).append(p)
+    for label, p in zip(_point_labels(points), points):
+        groups.setdefault(label, []).append(p)
     for label, pts in groups.items():
         pts = sorted(pts, key=lambda q: q["batch"])
         xs, ys = [float(q["batch"]) for q in pts], [float(q["samples_per_s"]) for q in pts]
@@ -235,17 +238,16 @@ def draw_parts(plt, points: list[dict], rows: int | None = None) -> dict:
     names = list(dict.fromkeys(l["name"].replace("layer ", "") for p in sel for l in p["layers"]))
     if not names:
         return series
-    bars, values = [], []  # one series per arch, zero on the other archs' bars
-    for p in sel:
-        ms = {n: 0.0 for n in names}
+    for label, p in zip(_point_labels(sel), sel):
+        ms = dict.fromkeys(names, 0.0)
         for l in p["layers"]:
             ms[l["name"].replace("layer ", "")] += l["fwd_ms"] + l["bwd_ms"]
-        series[_point_label(p)] = (names, [ms[n] for n in names])
-    for n in names:
-        for label in series:
-            bars.append(f"{n} {label}" if len(series) > 1 else n)
-    for i, label in enumerate(series):
-        values.append([series[label][1][j] if k == i else 0.0 for j in range(len(names)) for k in range(len(series))])
+        series[label] = (names, list(ms.values()))
+    # One bar per part and series ("0 (Linear) cpu-serial"), each series zero on the others' bars so that its
+    # colour marks its own; plotext lists horizontal bars bottom-up, so both are reversed.
+    bars = [f"{n} {label}" if len(series) > 1 else n for n in names for label in series]
+    values = [[v if k == i else 0.0 for v in ys for k in range(len(series))]
+              for i, (_, ys) in enumerate(series.values())]
     plt.multiple_bar(bars[::-1], [v[::-1] for v in values], orientation="h",
                      color=[ARCH_COLORS.get(p["arch"], "white") for p in sel])
     plt.xlabel("ms per step (synced)")

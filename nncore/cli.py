@@ -158,14 +158,10 @@ def record_points(args, kind: str, name: str, points: list[dict], config: dict, 
     store = open_store(args)
     if store is None:
         return
-    import time
-
     from nncore.store import StoreError
 
     try:
-        run_id = store.begin(kind, name, config, **info)
-        store.add_points(run_id, points)
-        store.update(run_id, status="finished", ended=time.time())
+        run_id = store.add_finished(kind, name, config, points, **info)
         print(f"recorded as run {run_id} in {store.path}", file=sys.stderr)
     except (StoreError, OSError) as exc:
         print(f"layerlab: warning: run store {store.path}: not recorded ({exc})", file=sys.stderr)

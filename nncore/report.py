@@ -8,6 +8,7 @@ import time
 from typing import TextIO
 
 from .events import EpochEnd, Event, RunFailed, RunFinished, RunStarted, Step
+from .store import mean_rate
 
 
 def timing_table(timings) -> list[str]:
@@ -98,9 +99,7 @@ class TextReporter:
         saved = f"; weights saved to {event.weights}" if event.weights else ""
         acc = ("no evaluation yet" if event.test_acc is None else
                f"test acc {event.test_acc:.4f} (best {event.best_test_acc:.4f})")
-        from .store import mean_rate
-
-        batch = self.started.config["train"]["batch_size"] if getattr(self, "started", None) else 0
+        batch = self.started.config["train"]["batch_size"] if self.started else 0
         per_s = mean_rate(self.epochs, batch) if self.epochs else event.samples_per_s  # step 1 (compiling)
         rate = "" if per_s is None else f"{per_s:,.0f} samples/s, "  # left out, as the run store and the app do
         self._line(f"{state}: {event.epochs} epoch(s), {event.steps} steps, {acc}, {rate}{event.total_s:.1f} s{saved}")

@@ -120,12 +120,12 @@ def _mean_rate(run: dict) -> float | None:
 
 def _compare(store: Store, args) -> int:
     runs = [_get(store, i) for i in args.ids]
-    base = _mean_rate(runs[0])
+    rates = [_mean_rate(r) for r in runs]
     rows = [{"id": r["id"], "name": r["name"], "arch": r["arch"], "threads": r["threads"], "ranks": r["ranks"],
              "status": r["status"], "epochs": len(r["epochs"]),
              "test_acc": r["epochs"][-1]["test_acc"] if r["epochs"] else None,
-             "samples_per_s": _mean_rate(r),
-             "speedup": (_mean_rate(r) / base) if base and _mean_rate(r) else None} for r in runs]
+             "samples_per_s": rate, "speedup": rate / rates[0] if rates[0] and rate else None}
+            for r, rate in zip(runs, rates)]
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0

@@ -209,13 +209,27 @@ class Store:
     # -- writing ------------------------------------------------------------------------------------------------
     def begin(self, kind: str, name: str, config: dict, **info) -> int:
         """A new run, status running; returns its id. ``info``: arch, threads, ranks, device, n_params, ..."""
+        with self._write():
+            return self._insert_run(kind, name, config, status="running", **info)
+
+    def _insert_run(self, kind: str, name: str, config: dict, **info) -> int:
         cols = {"kind": kind, "name": name, "config": json.dumps(config, default=str), "host": socket.gethostname(),
                 "version": _version(), "pid": os.getpid(), "pid_start": _process_start(os.getpid()),
-                "started": time.time(), "status": "running", **info}
-        with self._write():
-            cur = self.db.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                                  list(cols.values()))
-        return cur.lastrowid
+                "started": time.time(), **info}
+        return self.db.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                               list(cols.values())).lastrowid
+
+    def add_finished(self, kind: str, name: str, config: dict, points: list[dict], summary: dict | None = None,
+                     **info) -> int:
+        """A sweep's or a benchmark's points as one finished run, in one transaction; returns its id."""
+        try:
+            with self._write():
+                run_id = self._insert_run(kind, name, config, status="finished", ended=time.time(),
+                                          summary=json.dumps(summary) if summary is not None else None, **info)
+                self._insert_points(run_id, points)
+        except sqlite3.Error as exc:
+            raise StoreError(f"run store {self.path}: {exc}") from None
+        return run_id
 
     def update(self, run_id: int, **cols) -> None:
         with self._write():
@@ -247,9 +261,12 @@ class Store:
 
     def add_points(self, run_id: int, points: list[dict]) -> None:
         with self._write():
-            start = self.db.execute("SELECT COUNT(*) FROM points WHERE run_id = ?", (run_id,)).fetchone()[0]
-            self.db.executemany("INSERT INTO points VALUES (?, ?, ?)",
-                                [(run_id, start + i, json.dumps(p, default=str)) for i, p in enumerate(points)])
+            self._insert_points(run_id, points)
+
+    def _insert_points(self, run_id: int, points: list[dict]) -> None:
+        start = self.db.execute("SELECT COUNT(*) FROM points WHERE run_id = ?", (run_id,)).fetchone()[0]
+        self.db.executemany("INSERT INTO points VALUES (?, ?, ?)",
+                            [(run_id, start + i, json.dumps(p, default=str)) for i, p in enumerate(points)])
 
     def mark_died(self, run_id: int, error: str) -> None:
         """A run whose process was seen to die (the app's child): died now, not at the next open."""
@@ -287,10 +304,11 @@ class Store:
             mine = epochs[row["id"]]
             row["epochs_done"] = len(mine)
             row["test_acc"] = mine[-1]["test_acc"] if mine else None
-            row["samples_per_s"] = mean_rate(mine, (row["config"] or {}).get("train", {}).get("batch_size", 0))
+            batch = (row["config"] or {}).get("train", {}).get("batch_size", 0)
+            row["samples_per_s"] = mean_rate(mine, batch)
             if row["samples_per_s"] is None and isinstance(row.get("summary"), dict):  # no epoch ended: the
                 row["samples_per_s"] = row["summary"].get("samples_per_s")  # trainer's own rate is all there is
-            row["s_per_epoch"] = mean_epoch_s(mine)
+            row["s_per_epoch"] = mean_epoch_s(mine, batch)
         return rows
 
     def count(self) -> int:
@@ -327,24 +345,27 @@ class Store:
         return out
 
 
-def mean_rate(epochs: list[dict], batch: int) -> float | None:
-    """A run's training samples per second over its epochs, leaving out step 1 (it compiles the kernels), as
-    the app's Runs view does; None without a timed epoch."""
+def _training_time(epochs: list[dict], batch: int) -> tuple[float, float]:
+    """Seconds and samples of training over the epochs, step 1 (it compiles the kernels) left out where the
+    epochs say how long it took and there is more than that step."""
     seconds = sum(e["epoch_s"] for e in epochs)
     samples = sum(e["samples_per_s"] * e["epoch_s"] for e in epochs)
     first = sum(e.get("first_step_s") or 0.0 for e in epochs)
     if first and seconds > first and samples > batch:
         seconds, samples = seconds - first, samples - batch
+    return seconds, samples
+
+
+def mean_rate(epochs: list[dict], batch: int) -> float | None:
+    """A run's training samples per second over its epochs, leaving out step 1 (it compiles the kernels), as
+    the app's Runs view does; None without a timed epoch."""
+    seconds, samples = _training_time(epochs, batch)
     return samples / seconds if seconds > 0 else None
 
 
-def mean_epoch_s(epochs: list[dict]) -> float | None:
+def mean_epoch_s(epochs: list[dict], batch: int) -> float | None:
     """Mean training time of the epochs, step 1 left out as in :func:`mean_rate`; None without an epoch."""
-    if not epochs:
-        return None
-    seconds = sum(e["epoch_s"] for e in epochs)
-    first = sum(e.get("first_step_s") or 0.0 for e in epochs)
-    return (seconds - first if seconds > first else seconds) / len(epochs)
+    return _training_time(epochs, batch)[0] / len(epochs) if epochs else None
 
 
 class Recorder:

@@ -23,7 +23,7 @@ from nncore.fileio import write_atomic
 from nncore.runscli import export_text
 from nncore.runtime import available_archs
 from nncore.store import MEMORY, Recorder, Store, StoreError
-from tui.child import RunHandle, distributed_main, sweep_main
+from tui.child import RunHandle, distributed_main, record_sweep, sweep_main
 from tui.guard import GuardedApp
 from tui.keys import APP_KEYS, TAB_TITLES, TABS, bindings
 from tui.panes.analysis import AnalysisPane
@@ -35,7 +35,7 @@ from tui.screens.help import HelpScreen
 from tui.screens.path import PathScreen
 from tui.screens.pick import ConfirmScreen
 from tui.widgets.keybar import KeyBar
-from tui.state import Draft, RunRecord, spec_key
+from tui.state import Draft, RunRecord
 
 DEFAULT_CONFIG = "quadrant"
 HOME = {"model": "#layers", "settings": "#dataset", "train": "#start", "runs": "#runs-table",
@@ -62,6 +62,7 @@ class LayerlabApp(GuardedApp):
         self.handle: RunHandle | None = None
         self.retiring: list[tuple[RunHandle, float]] = []  # ended runs whose process may still be exiting
         self.sweeper: RunHandle | None = None  # a sweep's process (one child at a time: they share the CPU)
+        self.sweep_job: dict = {}  # what it sweeps, recorded with its points
         self.current: RunRecord | None = None
         self.paused = False
         self.model_ok = self.settings_ok = False
@@ -236,7 +237,7 @@ class LayerlabApp(GuardedApp):
     def start_run(self, cfg: dict, name: str) -> None:
         tr = cfg["train"]
         self.current = RunRecord(name, tr["arch"], tr["threads"] or 0, tr["batch_size"], config=cfg,
-                                 spec_key=spec_key(cfg["model"]), ranks=tr.get("ranks", 1))
+                                 ranks=tr.get("ranks", 1))
         self.runs.append(self.current)
         self.handle = RunHandle(cfg, target=distributed_main if self.current.ranks > 1 else None,
                                 store=self.child_store)
@@ -375,8 +376,9 @@ class LayerlabApp(GuardedApp):
             pane.refuse(ConfigError(f"{unavailable[0]} is unavailable: {self.archs[unavailable[0]].reason}",
                                     field="sweep-archs"))
             return
-        self.sweeper = RunHandle({**job, "model": self.draft.spec(self.query_one(SettingsPane).data),
-                                  "name": self.draft.name}, target=sweep_main, store=self.child_store)
+        self.sweep_job = {**job, "model": self.draft.spec(self.query_one(SettingsPane).data),
+                          "name": self.draft.name}
+        self.sweeper = RunHandle(self.sweep_job, target=sweep_main, store=self.child_store)
         self.action_show_tab("analysis")
         pane.progress(0, None, "starting…")
 
@@ -406,11 +408,8 @@ class LayerlabApp(GuardedApp):
 
     def _record_sweep(self, msg: dict) -> None:
         try:
-            run_id = self.store.begin("sweep", self.draft.name, {"model": self.draft.spec()}, arch=",".join(
-                sorted({p["arch"] for p in msg["points"]})))
-            self.store.add_points(run_id, msg["points"])
-            self.store.update(run_id, status="finished", ended=time.time())
-        except (StoreError, sqlite3.Error) as exc:
+            record_sweep(self.store, self.sweep_job, msg["points"], msg["amdahl"])
+        except StoreError as exc:
             self.notify(f"run store: sweep not kept ({exc})", severity="warning", markup=False)
 
     def _reap(self) -> None:

@@ -263,22 +263,25 @@ def sweep_main(job: dict, conn: Connection, store: str | None = None) -> None:
         conn.close()
 
 
-def _record_sweep(job: dict, points: list[dict], amdahl: dict | None, path: str, conn: Connection) -> None:
-    import sqlite3
-    import time
+SWEEP_FIELDS = ("archs", "batches", "filters", "threads", "steps", "repeats", "warmup")
 
+
+def record_sweep(store, job: dict, points: list[dict], amdahl: dict | None) -> int:
+    """An app sweep as one finished run: its network, what was swept, the points and the Amdahl view."""
+    return store.add_finished("sweep", str(job.get("name") or "sweep"),
+                              {"model": job["model"], "sweep": {k: job[k] for k in SWEEP_FIELDS}}, points,
+                              {"amdahl": amdahl}, arch=",".join(job["archs"]), threads=max(job["threads"]))
+
+
+def _record_sweep(job: dict, points: list[dict], amdahl: dict | None, path: str, conn: Connection) -> None:
     from nncore.store import StoreError
 
     store = _open_store(path, conn)
     if store is None:
         return
     try:
-        run_id = store.begin("sweep", str(job.get("name") or "sweep"), {"model": job["model"], "sweep": {
-            k: job[k] for k in ("archs", "batches", "filters", "threads", "steps", "repeats", "warmup")}},
-            arch=",".join(job["archs"]), threads=max(job["threads"]))
-        store.add_points(run_id, points)
-        store.update(run_id, status="finished", ended=time.time(), summary=json.dumps({"amdahl": amdahl}))
-    except (StoreError, sqlite3.Error, OSError) as exc:
+        record_sweep(store, job, points, amdahl)
+    except (StoreError, OSError) as exc:
         conn.send(json.dumps({"event": "store_warning", "message": f"run store {path}: sweep not recorded ({exc})"}))
     finally:
         store.close()

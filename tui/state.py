@@ -16,6 +16,7 @@ from nncore.errors import ConfigError
 from nncore.layers import LAYER_TYPES
 from nncore.losses import canonical
 from nncore.network import build_layers, check_spec, summarize
+from nncore.store import mean_epoch_s, mean_rate
 
 LAYER_KINDS = [cls.kind for cls in LAYER_TYPES.values()]
 NEW_LAYER = {"Linear": {"out_features": 16}, "Conv2D": {"out_channels": 8, "kernel_size": 3},
@@ -206,24 +207,16 @@ class RunRecord:
     s_per_epoch: float | None = None
     samples_per_s: float | None = None
     status: str = "running"  # running | finished | stopped | failed | died
-    speedup: float | None = None
     config: dict = field(default_factory=dict, repr=False)
-    spec_key: str = field(default="", repr=False)
     ranks: int = 1  # MPI ranks of a distributed run
-    train_s: float = field(default=0.0, repr=False)  # training time of the completed epochs
-    samples: int = field(default=0, repr=False)  # samples trained in them
+    epoch_events: list = field(default_factory=list, repr=False)  # the completed epochs' epoch_end events
 
     def add_epoch(self, msg: dict) -> None:
-        """Fold in an epoch_end event."""
+        """Fold in an epoch_end event; the rates are the run store's (:func:`nncore.store.mean_rate`)."""
+        self.epoch_events.append(msg)
         self.epochs, self.test_acc = msg["epoch"], msg["test_acc"]
-        seconds, samples = msg["epoch_s"], round(msg["samples_per_s"] * msg["epoch_s"])
-        first = msg.get("first_step_s") or 0.0
-        if first and samples > self.batch and seconds > first:  # step 1 compiles the kernels: not training speed
-            seconds, samples = seconds - first, samples - self.batch
-        self.train_s += seconds
-        self.samples += samples
-        self.s_per_epoch = self.train_s / self.epochs if self.epochs else None
-        self.samples_per_s = self.samples / self.train_s if self.train_s > 0 else None
+        self.s_per_epoch = mean_epoch_s(self.epoch_events, self.batch)
+        self.samples_per_s = mean_rate(self.epoch_events, self.batch)
 
 
 def spec_key(model: dict) -> str:

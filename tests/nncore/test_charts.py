@@ -105,3 +105,13 @@ def test_render_draws_axes_and_legend_as_plain_text():
     text = charts.render(charts.draw_loss, [run], width=60, height=14, color=False)
     assert "\x1b[" not in text and "epoch" in text and "train (raw)" in text and "test" in text
     assert "┤" in text and "└" in text  # ticks on the y axis, the frame
+
+
+def test_a_threads_sweep_keeps_each_thread_count_apart():
+    layers = [{"name": "loss", "fwd_ms": 1.0, "bwd_ms": 0.0}]
+    pts = [{"arch": "cpu-parallel", "threads": t, "batch": b, "samples_per_s": 100.0 * t * b, "layers": layers}
+           for t in (1, 2) for b in (16, 64)] + [{"arch": "cpu-serial", "threads": 1, "batch": 64,
+                                                   "samples_per_s": 50.0, "layers": layers}]
+    series = charts.draw_throughput(Fig(), pts)
+    assert series["cpu-parallel 2t"] == ([16.0, 64.0], [3200.0, 12800.0]) and series["cpu-serial"][0] == [64.0]
+    assert set(charts.draw_parts(Fig(), pts)) == {"cpu-parallel 1t", "cpu-parallel 2t", "cpu-serial"}

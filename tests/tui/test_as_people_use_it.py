@@ -324,9 +324,9 @@ async def test_a_run_stopped_before_its_first_evaluation_shows_no_accuracy(fixed
 async def test_what_matters_is_on_screen_at_80x24(fixed_env):
     app = LayerlabApp("quadrant")
     async with app.run_test(size=(80, 24)) as pilot:
-        from tui.state import RunRecord, spec_key
+        from tui.state import RunRecord
 
-        app.current = RunRecord("quadrant", "cpu-serial", 1, 32, spec_key=spec_key(app.draft.spec()))
+        app.current = RunRecord("quadrant", "cpu-serial", 1, 32)
         app.runs.append(app.current)
         for msg in scripted_run()[:-1]:
             app._run_message(msg)

@@ -8,14 +8,14 @@ import pytest
 
 from tests.tui.conftest import record, scripted_run
 from tui.app import LayerlabApp
-from tui.state import RunRecord, spec_key
+from tui.state import RunRecord
 
 SIZES = [(80, 24), (140, 45)]
 
 
 def _scripted(app: LayerlabApp) -> None:
     """A run fed to the Train view, and two runs in the store (started at fixed times) for the Runs view."""
-    app.current = RunRecord("quadrant", "cpu-serial", 1, 32, spec_key=spec_key(app.draft.spec()))
+    app.current = RunRecord("quadrant", "cpu-serial", 1, 32)
     app.runs.append(app.current)
     for msg in scripted_run():
         app._run_message(msg)
