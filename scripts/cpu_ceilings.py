@@ -50,7 +50,7 @@ def taichi_rows(arch: str, repeats: int) -> list[tuple[str, str]]:
     V = ti.types.vector(16, ti.f32)
     # Independent chains that fit the vector registers (a 16-wide vector is one AVX-512 register, two AVX2 ones):
     # more spill to the stack and measure the spills.
-    chains = 12 if G.ROWS == G.ROWS_AVX512 else 6
+    chains = 12 if (G.ROWS, G.COLS) == G.LAYOUT_AVX512 else 6
 
     @ti.kernel
     def fma_chains(out: ti.types.ndarray(dtype=V, ndim=1), n: ti.i32):

@@ -34,6 +34,7 @@ import taichi as ti
 
 from .. import runtime
 from . import F1, F2, n_elems, sized
+from .fma import madd
 
 L = 16  # lanes of the vectors: a panel holds 16 rows, a strip 16 columns, a tile is 16 x 16
 V = ti.types.vector(L, ti.f32)
@@ -41,32 +42,32 @@ VI = ti.types.vector(L, ti.i32)
 VA2 = ti.types.ndarray(dtype=V, ndim=2)
 
 
-ROWS_AVX512 = 16
-ROWS_AVX2 = 4
+LAYOUT_AVX512 = (8, 2)  # (ROWS, COLS) of a register tile, by the CPU's vector registers: see _layout
+LAYOUT_AVX2 = (4, 1)
 
 
-def _rows() -> int:
-    """Rows of a register tile, by the CPU's vector registers: a 16 x 16 tile is computed as ``L // ROWS``
-    register tiles, one after another.
+def _layout() -> tuple[int, int]:
+    """Rows and strips (16 columns each) of a register tile: ROWS x COLS accumulators of 16 lanes.
 
-    AVX-512 has 32 registers of 16 floats: the whole tile is one register tile (16 accumulators). AVX2 has 16
-    registers of 8 floats, so a 16-wide row takes two: 16 rows would need 32 accumulators and spill to the stack.
-    Row groups of 6, 6 and 4 keep AVX2's accumulators in registers (on AVX2, 16-row tiles ran at about 60% of
-    6-row ones; figures in docs/LOG.md).
+    Every k of a register tile loads COLS vectors of B and broadcasts ROWS scalars of A (loads too) into
+    ROWS * COLS multiply-adds. AVX-512 has 32 registers of 16 floats: 8 rows x 2 strips keeps 16 accumulators
+    and 10 loads per 16 fused multiply-adds, within the two loads a cycle that the two FMA units leave room
+    for (16 rows x 1 strip needed 17 loads, and loads set the pace). AVX2 has 16 registers of 8 floats, so a
+    16-wide row takes two: 4 rows x 1 strip (8 registers) keeps its accumulators in registers (on AVX2, 16-row
+    tiles ran at about 60% of 6-row ones; docs/LOG.md).
 
-    A kernel holds one register tile's code and loops over a tile's row groups at run time (the group's first
-    row is a run-time lane of A's panel vector, which LLVM loads as a scalar broadcast). The groups unrolled
-    (6, 6 and 4 rows) gained little at run time, but the machine code that Taichi regenerates from its offline
-    cache at every start took 2.5x as long (docs/LOG.md)."""
+    A kernel holds one register tile's code and loops over a tile's row groups at run time (unrolled groups
+    gained little at run time, but the machine code that Taichi regenerates from its offline cache at every
+    start took 2.5x as long; docs/LOG.md)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             avx512 = any(line.startswith("flags") and " avx512f" in line for line in fh)
     except OSError:
         avx512 = False
-    return ROWS_AVX512 if avx512 else ROWS_AVX2
+    return LAYOUT_AVX512 if avx512 else LAYOUT_AVX2
 
 
-ROWS = _rows()  # read when the kernels compile (tests swap it, then re-initialise the runtime)
+ROWS, COLS = _layout()  # read when the kernels compile (tests swap them, then re-initialise the runtime)
 
 
 def panels_shape(rows: int, n: int) -> tuple:
@@ -250,7 +251,7 @@ def stage_dz_from(ds: VA2, dparams: F1, dnext: F2, wn: VA2, out: F2, b_off: ti.i
             for ob in range(ds.shape[0]):
                 g = V(0.0)
                 for k in range(n_k):
-                    g += dnext[b, k] * wn[ob, k]
+                    madd(g, dnext[b, k], wn[ob, k])
                 if ti.static(kind != 0):
                     g = dz_v(g, _row(out, b, ob * L, n), kind)
                 ds[ob, b] = g
@@ -273,14 +274,18 @@ def stage_panels(xp: VA2, x: F2, y: F2, kind: ti.template()):
 
 @ti.func
 def _tile(a: ti.template(), b: ti.template(), mb, nb, k_n, r0):
-    """Rows r0..r0+ROWS-1 of the 16x16 tile (mb, nb) of A @ B, summed over k < k_n: A's 16 rows at column k
+    """Rows r0..r0+ROWS-1 of the 16-row tile mb of A @ B, at B's strips nb..nb+COLS-1 (a strip past B's last
+    repeats the last: the stores skip columns that do not exist), summed over k < k_n: A's 16 rows at column k
     are the panel vector ``a[mb, k]``, B's 16 columns at row k the strip vector ``b[nb, k]``; both walks are
-    sequential. ROWS accumulators of 16 lanes stay in registers (see ``ROWS``)."""
-    acc = [V(0.0) for _ in ti.static(range(ROWS))]
+    sequential. Returns ROWS * COLS accumulators, row i of strip j at i * COLS + j (see ``_layout``)."""
+    acc = [V(0.0) for _ in ti.static(range(ROWS * COLS))]
+    last = b.shape[0] - 1
     for k in range(k_n):
-        bv = b[nb, k]
+        bv = [b[ti.min(nb + j, last), k] for j in ti.static(range(COLS))]
         for i in ti.static(range(ROWS)):
-            acc[i] += a[mb, k][r0 + i] * bv
+            s = a[mb, k][r0 + i]
+            for j in ti.static(range(COLS)):
+                madd(acc[i * COLS + j], s, bv[j])
     return acc
 
 
@@ -292,13 +297,14 @@ def _groups(rows_left):
 
 
 @ti.func
-def _store_act(out: ti.template(), acc: ti.template(), bias, m0, n0, kind: ti.template()):
+def _store_act(out: ti.template(), acc: ti.template(), bias, m0, n0, kind: ti.template(), cj: ti.template() = 0,
+               cols: ti.template() = 1):
     """Rows of a forward tile into out (rows m0.., columns n0..), act(acc + bias) on whole vectors, only what
-    exists."""
+    exists; acc holds ``cols`` strips, this is strip ``cj`` (see ``_tile``)."""
     m_n, n_n = out.shape[0], out.shape[1]
-    for i in ti.static(range(len(acc))):  # (loops over j, not unrolled stores: a quarter of the machine code)
+    for i in ti.static(range(len(acc) // cols)):  # (loops over j, not unrolled stores: a quarter of the code)
         if m0 + i < m_n:
-            y = act_v(acc[i] + bias, kind)
+            y = act_v(acc[i * cols + cj] + bias, kind)
             for j in range(ti.min(L, n_n - n0)):
                 out[m0 + i, n0 + j] = y[j]
 
@@ -317,35 +323,42 @@ def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_o
     n_n, k_n = out.shape[1], xp.shape[1]
     mt, nt = xp.shape[0], wt.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for nb in range(nt):
-        # A task takes 16 columns of W^T for every row of the batch: it packs them itself, so the panel (50 KiB
-        # at IN = 784) is still in its core's cache for the 16 tiles that read it (a separate packing kernel
-        # would write all of W's panels out to memory first), and it reads it
-        # from there once for the whole batch (tasks of single tiles had both cores fetch each panel).
-        _pack_weight_panel(wt, params, w_off, nb, n_n, cl_c)
-        bias = _bias(params, b_off, nb * L, n_n)
+    for t in range((nt + COLS - 1) // COLS):
+        # A task takes COLS * 16 columns of W^T for every row of the batch: it packs them itself, so the panels
+        # (50 KiB each at IN = 784) are still in its core's cache for the tiles that read them (a separate
+        # packing kernel would write all of W's panels out to memory first), and it reads them from there once
+        # for the whole batch (tasks of single tiles had both cores fetch each panel).
+        nb = t * COLS
+        for j in ti.static(range(COLS)):
+            if nb + j < nt:
+                _pack_weight_panel(wt, params, w_off, nb + j, n_n, cl_c)
+        bias = [_bias(params, b_off, (nb + j) * L, n_n) for j in ti.static(range(COLS))]
         for mb in range(mt):
             for g in range(_groups(out.shape[0] - mb * L)):
                 r0 = g * ROWS
-                _store_act(out, _tile(xp, wt, mb, nb, k_n, r0), bias, mb * L + r0, nb * L, kind)
+                acc = _tile(xp, wt, mb, nb, k_n, r0)
+                for j in ti.static(range(COLS)):
+                    _store_act(out, acc, bias[j], mb * L + r0, (nb + j) * L, kind, j, COLS)
 
 
 @ti.func
-def _store_dweight(dparams: ti.template(), acc: ti.template(), w_off, m0, n0, m_n, n_n, cl_c):
-    """Rows of a weight-gradient tile into dparams[w_off:] (OUT, IN), rows m0.., columns n0.. (in the input's
-    order: see _column), only what exists."""
+def _store_dweight(dparams: ti.template(), acc: ti.template(), w_off, m0, n0, m_n, n_n, cl_c, cj: ti.template()):
+    """Rows of strip ``cj`` of a weight-gradient tile (see ``_tile``) into dparams[w_off:] (OUT, IN), rows m0..,
+    columns n0.. (in the input's order: see _column), only what exists."""
     cols = VI([_column(ti.min(n0 + j, n_n - 1), n_n, cl_c) for j in ti.static(range(L))])
-    for i in ti.static(range(len(acc))):
+    for i in ti.static(range(ROWS)):
         if m0 + i < m_n:
             for j in range(ti.min(L, n_n - n0)):
-                dparams[w_off + (m0 + i) * n_n + cols[j]] = acc[i][j]
+                dparams[w_off + (m0 + i) * n_n + cols[j]] = acc[i * COLS + cj][j]
 
 
 @ti.func
 def _dweight_tile(dparams: ti.template(), ds: ti.template(), xs: ti.template(), mb, nb, w_off, m_n, n_n, cl_c):
     for g in range(_groups(m_n - mb * L)):
         r0 = g * ROWS
-        _store_dweight(dparams, _tile(ds, xs, mb, nb, ds.shape[1], r0), w_off, mb * L + r0, nb * L, m_n, n_n, cl_c)
+        acc = _tile(ds, xs, mb, nb, ds.shape[1], r0)
+        for j in ti.static(range(COLS)):
+            _store_dweight(dparams, acc, w_off, mb * L + r0, (nb + j) * L, m_n, n_n, cl_c, j)
 
 
 @sized(lambda dparams, ds, xs, w_off, m_n, n_n, *_: ds.shape[1] * m_n * n_n // 40)
@@ -356,17 +369,17 @@ def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, w_off: ti.i32, m_n: ti.i32
     # A task takes a row of tiles (by_rows) or a column, along dW's longer side (``dweight_by_rows``), and holds
     # one strip of the other side in its core's cache for all of its tiles (about 8% faster than tasks of
     # single tiles; docs/LOG.md). by_rows is a template argument: choosing at run time in the loop cost more.
-    mt, nt = ds.shape[0], xs.shape[0]
+    mt, nt = ds.shape[0], (xs.shape[0] + COLS - 1) // COLS  # (nt: groups of COLS strips, see _tile)
     if ti.static(by_rows):
         ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
         for mb in range(mt):
             for nb in range(nt):
-                _dweight_tile(dparams, ds, xs, mb, nb, w_off, m_n, n_n, cl_c)
+                _dweight_tile(dparams, ds, xs, mb, nb * COLS, w_off, m_n, n_n, cl_c)
     else:
         ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
         for nb in range(nt):
             for mb in range(mt):
-                _dweight_tile(dparams, ds, xs, mb, nb, w_off, m_n, n_n, cl_c)
+                _dweight_tile(dparams, ds, xs, mb, nb * COLS, w_off, m_n, n_n, cl_c)
 
 
 def dweight_by_rows(n_out: int, n_in: int) -> bool:
@@ -398,7 +411,7 @@ def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i
                 for k in range(kb * KB, ti.min(kb * KB + KB, k_n)):
                     bv = wt[nb, k]
                     for i in ti.static(range(ROWS)):
-                        blk[i] += inp[ti.min(m0 + i, m_n - 1), k] * bv
+                        madd(blk[i], inp[ti.min(m0 + i, m_n - 1), k], bv)
                 for i in ti.static(range(ROWS)):
                     acc[i] += blk[i]
             _store_act(out, acc, bias, m0, n0, 0)
@@ -423,7 +436,7 @@ def linear_dweight_cpu_narrow(dparams: F1, ds: VA2, inp: F2, w_off: ti.i32, m_n:
             for k in range(k_n):
                 dv = ds[ob, k]
                 for i in ti.static(range(ROWS)):
-                    acc[i] += inp[k, ti.min(f0 + i, n_n - 1)] * dv
+                    madd(acc[i], inp[k, ti.min(f0 + i, n_n - 1)], dv)
             for i in ti.static(range(ROWS)):
                 if f0 + i < n_n:
                     col = w_off + _column(f0 + i, n_n, cl_c)
@@ -435,15 +448,17 @@ def linear_dweight_cpu_narrow(dparams: F1, ds: VA2, inp: F2, w_off: ti.i32, m_n:
 def linear_dinput_cpu(dinp: F2, dp: VA2, wv: VA2):
     # dinp: (B, IN) f32 = dz @ W   dp: dz as panels (stage_panels)   wv: W's strips (weight_strips)
     m_n, n_n, k_n = dinp.shape[0], dinp.shape[1], dp.shape[1]
-    mt, nt = dp.shape[0], wv.shape[0]
+    mt, nt = dp.shape[0], (wv.shape[0] + COLS - 1) // COLS  # (nt: groups of COLS strips, see _tile)
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
-        mb, nb = t // nt, t % nt  # along the rows of dinp: its writes are most of the traffic when OUT is small
+        mb, nb = t // nt, t % nt * COLS  # along the rows of dinp: its writes are most of the traffic at small OUT
         for g in range(_groups(m_n - mb * L)):
             r0 = g * ROWS
             acc = _tile(dp, wv, mb, nb, k_n, r0)
-            m0, n0 = mb * L + r0, nb * L
-            for i in ti.static(range(ROWS)):
-                if m0 + i < m_n:
-                    for j in range(ti.min(L, n_n - n0)):
-                        dinp[m0 + i, n0 + j] = acc[i][j]
+            m0 = mb * L + r0
+            for c in ti.static(range(COLS)):
+                n0 = (nb + c) * L
+                for i in ti.static(range(ROWS)):
+                    if m0 + i < m_n:
+                        for j in range(ti.min(L, n_n - n0)):
+                            dinp[m0 + i, n0 + j] = acc[i * COLS + c][j]

@@ -11,6 +11,9 @@ import pytest
 from nncore import runtime
 from nncore.kernels import activation as KA
 from nncore.kernels import conv as KC
+from nncore.kernels import fma as KF
+from nncore.kernels.fma import madd
+from nncore.runtime import ti
 from nncore.kernels import gemm_cpu as KG
 from nncore.kernels import linear as KL
 from nncore.kernels import loss as KLoss
@@ -57,14 +60,16 @@ def test_linear(arch, rng, b, n_in, n_out):
     assert np.all(got[:3] == 9.0)  # nothing outside the layer's slice is touched
 
 
-@pytest.fixture(scope="module", params=["avx512", "avx2"])
+@pytest.fixture(scope="module", params=["avx512", "avx2", "avx2-unfused"])
 def tile_rows(request):
-    """The CPU products with each register-tile layout (the machine's own picks one; both must be right)."""
-    saved = KG.ROWS
-    KG.ROWS = {"avx512": KG.ROWS_AVX512, "avx2": KG.ROWS_AVX2}[request.param]
-    runtime.init("cpu-parallel")  # the kernels compile again, reading it
+    """The CPU products with each register-tile layout, and with the multiply-adds fused (llvm.fma, where this
+    CPU has FMA) or not: the machine picks one of each; all must be right."""
+    saved = KG.ROWS, KG.COLS, KF.FUSED
+    KG.ROWS, KG.COLS = KG.LAYOUT_AVX512 if request.param == "avx512" else KG.LAYOUT_AVX2
+    KF.FUSED = saved[2] and not request.param.endswith("unfused")
+    runtime.init("cpu-parallel")  # the kernels compile again, reading them
     yield request.param
-    KG.ROWS = saved
+    KG.ROWS, KG.COLS, KF.FUSED = saved
     runtime.init("cpu-parallel")
 
 
@@ -515,3 +520,50 @@ def test_gather_rows(arch, rng):
     gather_rows(out, lab, nd(src), nd(labels.astype(np.int32)), nd(order.astype(np.int32)), 11)
     assert rel_err(out.to_numpy(), src[order[11:17]]) < FWD_TOL
     assert lab.to_numpy().tolist() == labels[order[11:17]].tolist()
+
+
+@ti.kernel
+def _madd_probe(out: ti.types.ndarray(dtype=ti.types.vector(16, ti.f32), ndim=1), s: ti.f32, b: ti.f32, c: ti.f32):
+    for t in range(1):
+        acc = ti.Vector([c] * 16, ti.f32)
+        madd(acc, s, ti.Vector([b] * 16, ti.f32))
+        out[t] = acc
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_madd_fuses_where_the_cpu_has_fma(fused):
+    """madd rounds once where FMA is used, twice otherwise: (1 + 2^-12)^2 - 1 is 2^-11 + 2^-24 exactly, and
+    2^-11 once the product is rounded to f32 first."""
+    if fused and not KF._has_fma():
+        pytest.skip("this CPU has no FMA instruction (or LAYERLAB_FMA=0): madd is a multiply and an add here")
+    saved = KF.FUSED
+    KF.FUSED = fused
+    try:
+        runtime.init("cpu-serial")
+        out = ti.Vector.ndarray(16, ti.f32, shape=(1,))
+        s = 1.0 + 2.0 ** -12
+        _madd_probe(out, s, s, -1.0)
+        got = out.to_numpy()[0]
+    finally:
+        KF.FUSED = saved
+        runtime.init("cpu-parallel")
+    want = s * s - 1.0 if fused else float(np.float32(s * s)) - 1.0
+    assert np.all(got == np.float32(want)), (got[0], want)
+
+
+def test_fma_bitcode_is_assembled_from_its_source(tmp_path):
+    """fma.bc, which the kernels link, is what llvm-as makes of fma.ll (the source kept beside it)."""
+    import shutil
+    import subprocess
+
+    tool = next((t for t in ("llvm-as-15", "llvm-as-14", "llvm-as") if shutil.which(t)), None)
+    if tool is None:
+        pytest.skip("llvm-as is not installed here: the check needs it to assemble fma.ll")
+    out = tmp_path / "fma.bc"
+    subprocess.run([tool, KF.BITCODE[:-3] + ".ll", "-o", str(out)], check=True)
+    bc_ours = subprocess.run([tool.replace("-as", "-dis"), KF.BITCODE, "-o", "-"], capture_output=True, text=True)
+    bc_new = subprocess.run([tool.replace("-as", "-dis"), str(out), "-o", "-"], capture_output=True, text=True)
+    if bc_ours.returncode or bc_new.returncode:
+        pytest.skip("llvm-dis is not installed beside llvm-as")
+    strip = lambda t: [l for l in t.splitlines() if not l.startswith(("; ModuleID", "source_filename"))]  # noqa: E731
+    assert strip(bc_ours.stdout) == strip(bc_new.stdout)
