@@ -4,8 +4,9 @@ For each (workload, batch size): build the network, upload a fixed pool of rando
 run ``warmup`` steps (the first compiles the kernels: reported on its own as ``compile_s``), then ``repeats``
 timed runs of ``steps`` training steps each, with a device sync before and after. samples/s is the median over
 the repeats. One extra pass with a sync after every part gives the per-layer breakdown. Where PyTorch is
-importable, the same network (same initial weights) trains on the same batches with the same optimizer, timed
-the same way in the same invocation, and the ratio is ours / PyTorch's.
+importable, the same network (same initial weights) trains on the same batches with the same optimizer in a
+PyTorch process of its own (nncore.peer: nothing of layerlab's runs there), timed the same way, its rounds
+alternated with layerlab's; the ratio is ours / PyTorch's median.
 """
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ from . import runtime
 from .config import load_config
 from .kernels.data import gather_rows
 from .network import Sequential, check_spec
+from .peer import layer_specs
 from .optim import SGD
 from .runtime import ti
 
 WORKLOADS = {  # name -> (config, overrides of the first Conv2D)
-    "net-1h": ("net-1h", None), "net-2h": ("net-2h", None),
+    "net-1h": ("net-1h", None), "net-1h-relu": ("net-1h-relu", None), "net-2h": ("net-2h", None),
     "cnn32": ("cnn", 32), "cnn64": ("cnn", 64), "cnn256": ("cnn", 256),
 }
 POOL = 4096  # samples resident on the device; batches cycle through them
@@ -45,6 +47,7 @@ class BenchResult:
     torch_samples_per_s: float | None = None
     ratio: float | None = None  # ours / PyTorch's
     runs: list = field(default_factory=list)  # samples/s of every repeat
+    torch_runs: list = field(default_factory=list)  # PyTorch's samples/s of every round, in its own process
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -77,9 +80,11 @@ def with_filters(model: dict, filters: int | None) -> dict:
 
 
 def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, warmup: int,
-                   threads: int | None = None, lr: float = 0.01, model: dict | None = None
+                   threads: int | None = None, lr: float = 0.01, model: dict | None = None, peer=None
                    ) -> tuple[BenchResult, dict]:
-    """Time ``model`` (default: the workload ``name``) on ``arch``; also returns what PyTorch needs."""
+    """Time ``model`` (default: the workload ``name``) on ``arch``; also returns what PyTorch needs. With a
+    ``peer`` (nncore.peer.TorchPeer), PyTorch is set up on the same context and timed for a round after each
+    of layerlab's; its median lands in the result."""
     info = runtime.init(arch, threads)
     model = model or workload_model(name)
     net = Sequential.from_spec(model, seed=0)
@@ -104,18 +109,28 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
     compile_s = time.perf_counter() - t0
     run(max(warmup - 1, 0))
     runtime.sync()
-    rates = []
+    ctx = {"specs": layer_specs(net), "loss": net.loss.name, "n_out": net.out_shape[0], "init": init, "x": x,
+           "y": y, "starts": starts, "lr": lr}
+    if peer is not None:
+        peer.setup(ctx, batch, warmup)
+    rates, theirs = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
         run(steps)
         runtime.sync()
         rates.append(steps * batch / (time.perf_counter() - t0))
+        if peer is not None:
+            theirs.append(peer.round(steps))
     rate = statistics.median(rates)
     ms = 1e3 * batch / rate
     layers = _breakdown(net, ws, opt, xs, ys, order, reps=max(3, min(steps, 10)))
     res = BenchResult(name, info.arch, info.threads, batch, steps, repeats, compile_s, rate, ms,
                       _flops_per_step(net, batch) / (ms / 1e3) / 1e9, layers, runs=rates)
-    return res, {"model": model, "init": init, "x": x, "y": y, "starts": starts, "lr": lr}
+    if theirs:
+        res.torch_samples_per_s = statistics.median(theirs)
+        res.torch_runs = theirs
+        res.ratio = rate / res.torch_samples_per_s
+    return res, ctx
 
 
 def _breakdown(net, ws, opt, xs, ys, order, reps: int) -> list[dict]:
@@ -129,45 +144,18 @@ def _breakdown(net, ws, opt, xs, ys, order, reps: int) -> list[dict]:
             for t in timer.results()]
 
 
-def bench_torch(ctx: dict, arch: str, batch: int, steps: int, repeats: int, warmup: int,
-                threads: int | None) -> float:
-    """The same network, weights, batches and optimizer in PyTorch; median samples/s."""
-    import torch
+def torch_peer(arch: str, threads: int | None):
+    """A PyTorch process (nncore.peer) for ``arch``: the GPU for cuda, else the CPU with the thread count
+    layerlab's backend runs (1 on cpu-serial)."""
+    from .peer import TorchPeer
 
-    from .interop import torch_loss, torch_sequential
-
-    device = "cuda" if arch == "cuda" else "cpu"
-    if device == "cpu":
-        torch.set_num_threads(1 if arch == "cpu-serial" else (threads or runtime.cpu_count()))
-    net = Sequential.from_spec(ctx["model"], seed=0)  # shapes only; the weights come from ctx
-    model = torch_sequential(net, copy_weights=False).to(device)
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in ctx["init"].items()})
-    crit, target = torch_loss(net.loss.name)
-    opt = torch.optim.SGD(model.parameters(), lr=ctx["lr"])
-    x = torch.from_numpy(ctx["x"]).to(device)
-    y = target(ctx["y"], net.out_shape[0]).to(device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-    def run(n: int) -> None:
-        for s in ctx["starts"][:n]:
-            opt.zero_grad(set_to_none=True)
-            crit(model(x[s:s + batch]), y[s:s + batch]).backward()
-            opt.step()
-
-    run(max(warmup, 1))
-    sync()
-    rates = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run(steps)
-        sync()
-        rates.append(steps * batch / (time.perf_counter() - t0))
-    return statistics.median(rates)
+    if arch == "cuda":
+        return TorchPeer("cuda", 1)
+    return TorchPeer("cpu", 1 if arch == "cpu-serial" else (threads or runtime.cpu_count()))
 
 
 def torch_available() -> bool:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether PyTorch is installed (found, not imported: it runs only in the peer's process)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None

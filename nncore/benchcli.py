@@ -8,6 +8,7 @@ from . import bench
 from .errors import ConfigError, LayerlabError
 from .fileio import check_output, write_or_rescue
 from .limits import ascii_int
+from .peer import PeerError
 
 
 def _ints(text: str, name: str) -> list[int]:
@@ -48,24 +49,30 @@ def run_bench(args) -> int:
     results = []
     if text:
         print(f"layerlab bench: {args.arch}, {args.steps} steps x {args.repeats} repeats after {args.warmup} "
-              f"warm-up steps; PyTorch: {'yes' if use_torch else 'not installed' if not args.no_torch else 'off'}")
+              f"warm-up steps; PyTorch: "
+              f"{'in its own process, rounds alternated' if use_torch else 'not installed' if not args.no_torch else 'off'}")
         print(f"{'workload':<8} {'batch':>6} {'samples/s':>12} {'ms/step':>9} {'GFLOP/s':>8} {'compile s':>9} "
               f"{'torch s/s':>12} {'ratio':>7}")
+    peer = None
     try:
+        if use_torch:
+            peer = bench.torch_peer(args.arch, args.threads)
         for name in names:
             for batch in batches:
-                res, ctx = bench.bench_layerlab(name, args.arch, batch, args.steps, args.repeats, args.warmup,
-                                                args.threads)
-                if use_torch:
-                    res.torch_samples_per_s = bench.bench_torch(ctx, args.arch, batch, args.steps, args.repeats,
-                                                                args.warmup, args.threads)
-                    res.ratio = res.samples_per_s / res.torch_samples_per_s
+                res, _ = bench.bench_layerlab(name, args.arch, batch, args.steps, args.repeats, args.warmup,
+                                              args.threads, peer=peer)
                 results.append(res)
                 if text:
                     print(_line(res), flush=True)
     except LayerlabError as exc:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except PeerError as exc:
+        print(f"layerlab: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if peer is not None:
+            peer.close()
     if text:
         for r in results:
             top = sorted(r.layers, key=lambda t: -t["share"])[:3]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .peer import layer_specs
+
 try:
     import torch
     from torch import nn
@@ -15,20 +17,25 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("PyTorch is not installed; pip install 'layerlab[torch]' for interop and comparisons") from exc
 
 
-def torch_sequential(net, copy_weights: bool = True) -> "nn.Sequential":
+def torch_from_specs(specs: list) -> "nn.Sequential":
+    """The nn.Sequential of ``layer_specs`` (PyTorch's own initial weights)."""
     mods = []
-    for layer in net.layers:
-        if layer.kind == "Linear":
-            mods.append(nn.Linear(layer.in_features, layer.out_features))
-        elif layer.kind == "Conv2D":
-            mods.append(nn.Conv2d(layer.c, layer.out_channels, layer.kernel, layer.stride, layer.padding))
-        elif layer.kind == "MaxPool2D":
-            mods.append(nn.MaxPool2d(layer.kernel, layer.stride))
-        elif layer.kind == "Flatten":
+    for kind, *args in specs:
+        if kind == "Linear":
+            mods.append(nn.Linear(*args))
+        elif kind == "Conv2D":
+            mods.append(nn.Conv2d(*args))
+        elif kind == "MaxPool2D":
+            mods.append(nn.MaxPool2d(*args))
+        elif kind == "Flatten":
             mods.append(nn.Flatten())
         else:
-            mods.append({"ReLU": nn.ReLU, "Sigmoid": nn.Sigmoid, "Tanh": nn.Tanh}[layer.kind]())
-    model = nn.Sequential(*mods)
+            mods.append({"ReLU": nn.ReLU, "Sigmoid": nn.Sigmoid, "Tanh": nn.Tanh}[kind]())
+    return nn.Sequential(*mods)
+
+
+def torch_sequential(net, copy_weights: bool = True) -> "nn.Sequential":
+    model = torch_from_specs(layer_specs(net))
     if copy_weights:
         model.load_state_dict({k: torch.from_numpy(v) for k, v in net.state_dict().items()})
     return model

@@ -5,14 +5,15 @@
 On a shared VM the second core's speed drifts from one minute to the next (scripts/cpu_ceilings.py), so two
 separate `layerlab bench` runs can compare a good minute against a bad one. Here each round times cpu-serial
 and cpu-parallel back to back (a runtime re-initialisation between them; compile time excluded by a warm-up
-step), and PyTorch on 1 and on all threads the same way, on the same network, weights and batches. Prints
-the medians over the rounds and the ratios: PyTorch's ratio is what this machine gives a mature library for
-the same work.
+step), and PyTorch on 1 and on all threads the same way, on the same network, weights and batches, each in a
+process of its own (nncore.peer: layerlab's pinned workers once slowed an in-process PyTorch up to 12x).
+Prints the medians over the rounds and the ratios: PyTorch's ratio is what this machine gives a mature
+library for the same work.
 """
 import argparse
 import statistics
 
-from nncore import bench
+from nncore import bench, runtime
 
 
 def main() -> None:
@@ -23,19 +24,26 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     use_torch = bench.torch_available()
+    n = runtime.cpu_count()
     print(f"{'workload':<9} {'batch':>5} {'serial':>9} {'parallel':>9} {'speedup':>8}"
-          + (f" {'torch 1t':>9} {'torch 2t':>9} {'speedup':>8}" if use_torch else ""))
+          + (f" {'torch 1t':>9} {f'torch {n}t':>9} {'speedup':>8}" if use_torch else ""))
     for name in args.workloads.split(","):
         for batch in (int(b) for b in args.batch.split(",")):
             ours = {"cpu-serial": [], "cpu-parallel": []}
             theirs = {"cpu-serial": [], "cpu-parallel": []}
-            for _ in range(args.rounds):
-                for arch in ours:
-                    res, ctx = bench.bench_layerlab(name, arch, batch, args.steps, 1, 2)
-                    ours[arch].append(res.samples_per_s)
-                if use_torch:
-                    for arch in theirs:
-                        theirs[arch].append(bench.bench_torch(ctx, arch, batch, args.steps, 1, 2, None))
+            peers = {a: bench.torch_peer(a, None) for a in theirs} if use_torch else {}
+            try:
+                for r in range(args.rounds):
+                    for arch in ours:
+                        res, ctx = bench.bench_layerlab(name, arch, batch, args.steps, 1, 2)
+                        ours[arch].append(res.samples_per_s)
+                    for arch, peer in peers.items():
+                        if r == 0:
+                            peer.setup(ctx, batch, 2)
+                        theirs[arch].append(peer.round(args.steps))
+            finally:
+                for peer in peers.values():
+                    peer.close()
             s, p = (statistics.median(ours[a]) for a in ours)
             line = f"{name:<9} {batch:>5} {s:>9,.0f} {p:>9,.0f} {p / s:>7.2f}x"
             if use_torch:

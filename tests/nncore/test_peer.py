@@ -1,0 +1,67 @@
+"""The PyTorch peer of the benchmarks runs in a process of its own, with none of layerlab's threads or
+affinity, on the same network, weights and batches as layerlab."""
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+from nncore import bench, runtime
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                reason="PyTorch is not installed (the optional torch extra)")
+
+
+def test_peer_process_holds_nothing_of_layerlab():
+    info = runtime.init("cpu-parallel")
+    cores = sorted(os.sched_getaffinity(0))
+    with bench.torch_peer("cpu-parallel", None) as peer:
+        res, _ = bench.bench_layerlab("net-1h", "cpu-parallel", 33, 2, 2, 1, peer=peer)
+        got = peer.info()
+    assert got["pid"] != os.getpid()
+    assert not got["taichi"], "the peer imported Taichi"
+    assert set(got["nncore"]) <= {"nncore", "nncore.peer", "nncore.interop"}, got["nncore"]
+    assert got["torch_threads"] == info.threads
+    assert got["process_cpus"] == cores  # the caller's main thread's set, never a pinned worker's one core
+    assert all(cpus == cores for cpus in got["threads"].values()), got["threads"]
+    # PyTorch's pool and a few of Python's: nowhere near layerlab's workers plus PyTorch's own
+    assert len(got["threads"]) <= info.threads + 4
+    assert len(res.torch_runs) == 2 and all(r > 0 for r in res.torch_runs)
+    assert res.ratio == pytest.approx(res.samples_per_s / np.median(res.torch_runs))
+
+
+def test_peer_trains_on_layerlab_batches_and_weights():
+    """The peer's weights after its warm-up and one round equal PyTorch's trained in this process on the
+    batches bench_layerlab used (odd batch, one thread: the same arithmetic in the same order)."""
+    import torch
+
+    from nncore.interop import torch_from_specs, torch_loss
+
+    with bench.torch_peer("cpu-serial", None) as peer:
+        _, ctx = bench.bench_layerlab("net-1h-relu", "cpu-serial", 37, 3, 1, 2, peer=peer)
+        theirs = peer.state()
+    torch.set_num_threads(1)
+    model = torch_from_specs(ctx["specs"])
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in ctx["init"].items()})
+    crit, target = torch_loss(ctx["loss"])
+    opt = torch.optim.SGD(model.parameters(), lr=ctx["lr"])
+    x, y = torch.from_numpy(ctx["x"]), target(ctx["y"], ctx["n_out"])
+    for s in ctx["starts"][:2] + ctx["starts"][:3]:  # the warm-up's 2 steps, then a round of 3 from the start
+        opt.zero_grad(set_to_none=True)
+        crit(model(x[s:s + 37]), y[s:s + 37]).backward()
+        opt.step()
+    for k, v in model.state_dict().items():
+        assert not np.array_equal(v.numpy(), ctx["init"][k])  # it trained
+        np.testing.assert_array_equal(theirs[k], v.numpy(), err_msg=k)
+
+
+def test_peer_failure_is_an_error_not_a_hang():
+    from nncore.peer import PeerError, TorchPeer
+
+    with TorchPeer("cpu", 1) as peer:
+        with pytest.raises(PeerError, match="PyTorch peer failed"):
+            peer.call("round", 3)  # before setup: no network
+        peer._proc.kill()
+        peer._proc.wait()
+        with pytest.raises(PeerError, match="ended"):
+            peer.round(3)
