@@ -1,9 +1,9 @@
 """CPU matrix products for the Linear layer: register-tiled, with 16-wide vector accumulators.
 
-Each product C (M, N) = sum over k of A[m, k] * B[k, n] runs in tiles of 16 rows x 16 columns, each computed in
-register tiles of a few rows (``ROWS``): a register tile's rows live in vector registers, and every k loads
-one 16-wide vector of B and broadcasts one scalar of A per row into a multiply-add (runtime.init keeps vector
-types unscalarised on the CPU). Both operands are read from vector-typed
+Each product C (M, N) = sum over k of A[m, k] * B[k, n] runs in tiles of 16 rows x 16 columns, computed in
+register tiles of ``ROWS`` rows by ``COLS`` such 16-column strips (``_layout``): a register tile's rows live in
+vector registers, and every k loads COLS 16-wide vectors of B and broadcasts one scalar of A per row into
+fused multiply-adds (``fma.madd``; runtime.init keeps vector types unscalarised on the CPU). Both operands are read from vector-typed
 ndarrays the kernels stage first, because Taichi's index arithmetic hides contiguity from LLVM: from plain f32
 ndarrays, B's 16 neighbours compiled to 16 scalar loads and inserts, and each of A's 16 broadcasts to its own
 address computation. Staged, B is one load and A's 16 scalars sit in one vector, so the broadcasts are loads at
