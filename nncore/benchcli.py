@@ -38,6 +38,20 @@ def _line(r: bench.BenchResult) -> str:
             f"{r.compile_s:>9.2f} {torch}")
 
 
+def _peer_failed(exc: Exception) -> None:
+    print(f"layerlab: warning: {exc}; going on without PyTorch", file=sys.stderr)
+
+
+def _peer(make):
+    """The PyTorch peer, or None (with a warning) where its process cannot start: a broken PyTorch install,
+    or a CPU-only one asked for cuda."""
+    try:
+        return make()
+    except PeerError as exc:
+        _peer_failed(exc)
+        return None
+
+
 def run_bench(args) -> int:
     try:
         names, batches = _check(args)
@@ -56,20 +70,24 @@ def run_bench(args) -> int:
     peer = None
     try:
         if use_torch:
-            peer = bench.torch_peer(args.arch, args.threads)
+            peer = _peer(lambda: bench.torch_peer(args.arch, args.threads))
         for name in names:
             for batch in batches:
-                res, _ = bench.bench_layerlab(name, args.arch, batch, args.steps, args.repeats, args.warmup,
-                                              args.threads, peer=peer)
+                try:
+                    res, _ = bench.bench_layerlab(name, args.arch, batch, args.steps, args.repeats, args.warmup,
+                                                  args.threads, peer=peer)
+                except PeerError as exc:  # layerlab's figures still count: the rest runs without PyTorch
+                    _peer_failed(exc)
+                    peer.close()
+                    peer = None
+                    res, _ = bench.bench_layerlab(name, args.arch, batch, args.steps, args.repeats, args.warmup,
+                                                  args.threads)
                 results.append(res)
                 if text:
                     print(_line(res), flush=True)
     except LayerlabError as exc:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except PeerError as exc:
-        print(f"layerlab: error: {exc}", file=sys.stderr)
-        return 1
     finally:
         if peer is not None:
             peer.close()

@@ -45,11 +45,16 @@ class TorchPeer:
     """A PyTorch process on ``device`` ("cpu" or "cuda") with ``threads`` intra-op threads (CPU)."""
 
     def __init__(self, device: str = "cpu", threads: int = 1):
+        # The calling thread's CPUs: the Taichi owner thread's, which nncore.pinning never pins.
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         self._proc = subprocess.Popen([sys.executable, "-m", "nncore.peer"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, env=env)
-        self.call("init", {"device": device, "threads": threads, "cpus": cpus})
+        try:
+            self.call("init", {"device": device, "threads": threads, "cpus": cpus})
+        except BaseException:
+            self.close()
+            raise
 
     def call(self, cmd: str, payload=None):
         try:
@@ -80,20 +85,18 @@ class TorchPeer:
         return self.call("state")
 
     def close(self) -> None:
-        if self._proc.poll() is None:
-            try:
-                self.call("exit")
-            except PeerError:
-                pass
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
+        """End the child: closing its stdin ends its loop (even mid-request), then it is waited for, or
+        killed after 10 s."""
         for f in (self._proc.stdin, self._proc.stdout):
             try:
                 f.close()
             except OSError:  # the pipe of a process that died: nothing left to flush
                 pass
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
 
     def __enter__(self):
         return self
@@ -177,11 +180,7 @@ def _serve() -> None:
     while True:
         try:
             cmd, payload = pickle.load(inp)
-        except EOFError:
-            return
-        if cmd == "exit":
-            pickle.dump((True, None), out)
-            out.flush()
+        except (EOFError, pickle.UnpicklingError):  # the caller closed the pipe, perhaps mid-request
             return
         try:
             reply = (True, getattr(worker, cmd)(payload))

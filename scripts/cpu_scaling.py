@@ -31,8 +31,10 @@ def main() -> None:
         for batch in (int(b) for b in args.batch.split(",")):
             ours = {"cpu-serial": [], "cpu-parallel": []}
             theirs = {"cpu-serial": [], "cpu-parallel": []}
-            peers = {a: bench.torch_peer(a, None) for a in theirs} if use_torch else {}
+            peers = {}
             try:
+                for arch in theirs if use_torch else ():
+                    peers[arch] = bench.torch_peer(arch, None)
                 for r in range(args.rounds):
                     for arch in ours:
                         res, ctx = bench.bench_layerlab(name, arch, batch, args.steps, 1, 2)

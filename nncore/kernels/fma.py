@@ -22,7 +22,7 @@ def _has_fma() -> bool:
         return False
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            return any(line.startswith("flags") and " fma" in line.split(":", 1)[1] + " " for line in fh)
+            return any(line.startswith("flags") and "fma" in line.split(":", 1)[1].split() for line in fh)
     except OSError:
         return False
 
@@ -54,12 +54,3 @@ def madd(acc: ti.template(), s, b):
         _bc.nncore_fma16(acc, s, b)
     else:
         acc += s * b
-
-
-@ti.func
-def madd_v(acc: ti.template(), a, b):
-    """acc += a * b on 16-wide vectors (acc a variable)."""
-    if ti.static(FUSED):
-        _bc.nncore_fma16v(acc, a, b)
-    else:
-        acc += a * b

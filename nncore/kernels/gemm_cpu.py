@@ -68,6 +68,7 @@ def _layout() -> tuple[int, int]:
 
 
 ROWS, COLS = _layout()  # read when the kernels compile (tests swap them, then re-initialise the runtime)
+assert L % ROWS == 0  # a panel's 16 rows split into whole register tiles (``a[mb, k][r0 + i]``)
 
 
 def panels_shape(rows: int, n: int) -> tuple:

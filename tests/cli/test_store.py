@@ -167,7 +167,7 @@ def test_no_store_records_nothing_and_a_failed_run_is_recorded(tmp_path):
     proc = layerlab("train", "quadrant", "--epochs", "1", "--no-store", env={**os.environ, "LAYERLAB_HOME": str(home)})
     assert proc.returncode == 0 and not (home / "runs.sqlite").exists()
     path = tmp_path / "runs.sqlite"
-    proc = layerlab("train", "quadrant", "--epochs", "2", "--lr", "1e30", "--store", path)
+    proc = layerlab("train", "quadrant", "--epochs", "2", "--lr", "3e38", "--store", path)
     assert proc.returncode == 3
     (run,) = Store(path).runs()
     assert run["status"] == "failed" and run["exit_code"] == 3 and "non-finite" in run["error"]

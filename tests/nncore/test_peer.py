@@ -65,3 +65,25 @@ def test_peer_failure_is_an_error_not_a_hang():
         peer._proc.wait()
         with pytest.raises(PeerError, match="ended"):
             peer.round(3)
+
+
+def test_bench_goes_on_without_a_failing_peer(monkeypatch, capsys):
+    """A PyTorch process that fails costs the comparison, not layerlab's figures: a warning, ratio None, exit 0."""
+    import argparse
+
+    from nncore import benchcli
+    from nncore.peer import PeerError
+
+    def broken(*_):
+        raise PeerError("the PyTorch peer failed: ImportError: broken install")
+
+    monkeypatch.setattr(bench, "torch_peer", broken)
+    args = argparse.Namespace(arch="cpu-serial", workloads="net-1h", batch="17", steps=2, repeats=1, warmup=1,
+                              threads=None, no_torch=False, json="-", store=None, no_store=True)
+    assert benchcli.run_bench(args) == 0
+    out = capsys.readouterr()
+    assert "warning: the PyTorch peer failed: ImportError: broken install; going on without PyTorch" in out.err
+    import json
+
+    (row,) = json.loads(out.out)
+    assert row["ratio"] is None and row["samples_per_s"] > 0

@@ -82,7 +82,7 @@ def test_stop_request_ends_between_steps_and_saves(tmp_path):
 
 
 def test_divergence_names_the_step():
-    cfg = load_config("quadrant").override("train", lr=1e30, momentum=0.0)
+    cfg = load_config("quadrant").override("train", lr=3e38, momentum=0.0)
     events, end = run(cfg)
     assert isinstance(end, ev.RunFailed) and end.exit_code == 3
     assert "non-finite loss at step" in end.error
