@@ -20,8 +20,8 @@ from . import runtime
 from .config import load_config
 from .kernels.data import gather_rows
 from .network import Sequential, check_spec
-from .peer import layer_specs
 from .optim import SGD
+from .peer import layer_specs
 from .runtime import ti
 
 WORKLOADS = {  # name -> (config, overrides of the first Conv2D)

@@ -1,10 +1,10 @@
 """The PyTorch peer of ``layerlab bench`` and scripts/cpu_scaling.py, measured in a process of its own.
 
-Why a process: layerlab's pinned Taichi workers slowed PyTorch up to 12x when both ran in one process (its
-OpenMP threads competed with them; docs/LOG.md), which inflated every CPU ratio. The peer process is started
+Why a process: layerlab's pinned Taichi workers slowed PyTorch up to 12x when both ran in one process
+(docs/LOG.md), which inflated every CPU ratio. The peer process is started
 with ``python -m nncore.peer``: it never imports Taichi or anything of nncore that does, resets its CPU
-affinity to the set the caller's main thread had (never a pinned worker's single core), and runs PyTorch with
-the thread count it is given. The caller sends the same network (``interop.layer_specs``), initial weights,
+affinity to the calling thread's set (never a pinned worker's single core), and runs PyTorch with the thread
+count it is given. The caller sends the same network (``layer_specs``), initial weights,
 data pool, batch starts and learning rate it trains on, then asks for timed rounds between its own, so drift
 on a shared machine hits both sides alike.
 
@@ -73,7 +73,7 @@ class TorchPeer:
         self.call("setup", {**ctx, "batch": batch, "warmup": warmup})
 
     def round(self, steps: int) -> float:
-        """Samples/s of ``steps`` timed training steps (the batches continue from the warm-up's)."""
+        """Samples/s of ``steps`` timed training steps, on the batches of layerlab's rounds (from the first)."""
         return self.call("round", steps)
 
     def info(self) -> dict:

@@ -162,6 +162,19 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def cpu_flags() -> frozenset:
+    """The CPU's feature flags (``avx512f``, ``fma``, ...) as /proc/cpuinfo lists them; empty where it cannot
+    be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:

@@ -1,7 +1,8 @@
 """Fused multiply-add of 16-wide f32 vectors on the CPU: ``acc += s * b`` as one instruction.
 
-Taichi 1.7 has no FMA operation, and its CPU JIT compiles ``acc += s * b`` to a multiply and an add: it fuses
-them only under fast math, which nncore leaves off (runtime.init). Two instructions per multiply-add halve the
+Taichi 1.7 has no FMA operation, and its CPU JIT compiles ``acc += s * b`` to a multiply and an add that it
+never fuses (its target options fuse only ``llvm.fmuladd``, which Taichi does not emit, fast math or not). Two
+instructions per multiply-add halve the
 products' ceiling (one core of an AVX-512 Xeon: 105 GFLOP/s unfused, 207 fused; docs/LOG.md). So the
 multiply-add is an LLVM function (``fma.ll``, ``llvm.fma.v16f32``) whose bitcode (``fma.bc``, assembled from
 it with ``llvm-as``) Taichi links into each kernel that calls it, where LLVM inlines it: the accumulators stay
@@ -12,39 +13,31 @@ agree bit for bit; a fused multiply-add rounds once where the pair rounds twice.
 import os
 import platform
 
+from .. import runtime
 from ..runtime import ti
 
 BITCODE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fma.bc")
 
 
 def _has_fma() -> bool:
-    if os.environ.get("LAYERLAB_FMA", "1") == "0" or platform.machine() not in ("x86_64", "AMD64"):
-        return False
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            return any(line.startswith("flags") and "fma" in line.split(":", 1)[1].split() for line in fh)
-    except OSError:
-        return False
+    return (os.environ.get("LAYERLAB_FMA", "1") != "0" and platform.machine() in ("x86_64", "AMD64")
+            and "fma" in runtime.cpu_flags())
 
 
 FUSED = _has_fma() and os.path.exists(BITCODE)  # read when the kernels compile (tests may swap it)
 
 
-class _Bitcode:
+def _bitcode(path: str):
     """Taichi's handle on linked bitcode (taichi.lang.source_builder.SourceBuilder in "bc" mode), made
     directly: SourceBuilder.from_file asks for an initialised runtime, and this module loads before one."""
+    from taichi.lang.source_builder import SourceBuilder
 
-    def __init__(self, path: str):
-        from taichi.lang.source_builder import SourceBuilder
-
-        self._sb = SourceBuilder()
-        self._sb.bc, self._sb.mode = path, "bc"
-
-    def __getattr__(self, name):
-        return getattr(self._sb, name)
+    sb = SourceBuilder()
+    sb.bc, sb.mode = path, "bc"
+    return sb
 
 
-_bc = _Bitcode(BITCODE)
+_bc = _bitcode(BITCODE)
 
 
 @ti.func

@@ -3,8 +3,8 @@
 Each product C (M, N) = sum over k of A[m, k] * B[k, n] runs in tiles of 16 rows x 16 columns, computed in
 register tiles of ``ROWS`` rows by ``COLS`` such 16-column strips (``_layout``): a register tile's rows live in
 vector registers, and every k loads COLS 16-wide vectors of B and broadcasts one scalar of A per row into
-fused multiply-adds (``fma.madd``; runtime.init keeps vector types unscalarised on the CPU). Both operands are read from vector-typed
-ndarrays the kernels stage first, because Taichi's index arithmetic hides contiguity from LLVM: from plain f32
+fused multiply-adds (``fma.madd``; runtime.init keeps vector types unscalarised on the CPU). Both operands are
+read from vector-typed ndarrays the kernels stage first, because Taichi's index arithmetic hides contiguity from LLVM: from plain f32
 ndarrays, B's 16 neighbours compiled to 16 scalar loads and inserts, and each of A's 16 broadcasts to its own
 address computation. Staged, B is one load and A's 16 scalars sit in one vector, so the broadcasts are loads at
 fixed offsets from one address. Both staged operands are block-major, so a tile walks each of them
@@ -59,12 +59,7 @@ def _layout() -> tuple[int, int]:
     A kernel holds one register tile's code and loops over a tile's row groups at run time (unrolled groups
     gained little at run time, but the machine code that Taichi regenerates from its offline cache at every
     start took 2.5x as long; docs/LOG.md)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            avx512 = any(line.startswith("flags") and " avx512f" in line for line in fh)
-    except OSError:
-        avx512 = False
-    return LAYOUT_AVX512 if avx512 else LAYOUT_AVX2
+    return LAYOUT_AVX512 if "avx512f" in runtime.cpu_flags() else LAYOUT_AVX2
 
 
 ROWS, COLS = _layout()  # read when the kernels compile (tests swap them, then re-initialise the runtime)
@@ -298,12 +293,12 @@ def _groups(rows_left):
 
 
 @ti.func
-def _store_act(out: ti.template(), acc: ti.template(), bias, m0, n0, kind: ti.template(), cj: ti.template() = 0,
-               cols: ti.template() = 1):
+def _store_act(out: ti.template(), acc: ti.template(), bias, m0, n0, kind: ti.template(), cj: ti.template() = 0):
     """Rows of a forward tile into out (rows m0.., columns n0..), act(acc + bias) on whole vectors, only what
-    exists; acc holds ``cols`` strips, this is strip ``cj`` (see ``_tile``)."""
+    exists; of the strips in acc (ROWS accumulators each, see ``_tile``), strip ``cj``."""
     m_n, n_n = out.shape[0], out.shape[1]
-    for i in ti.static(range(len(acc) // cols)):  # (loops over j, not unrolled stores: a quarter of the code)
+    cols = ti.static(len(acc) // ROWS)
+    for i in ti.static(range(ROWS)):  # (loops over j, not unrolled stores: a quarter of the machine code)
         if m0 + i < m_n:
             y = act_v(acc[i * cols + cj] + bias, kind)
             for j in range(ti.min(L, n_n - n0)):
@@ -339,7 +334,7 @@ def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_o
                 r0 = g * ROWS
                 acc = _tile(xp, wt, mb, nb, k_n, r0)
                 for j in ti.static(range(COLS)):
-                    _store_act(out, acc, bias[j], mb * L + r0, (nb + j) * L, kind, j, COLS)
+                    _store_act(out, acc, bias[j], mb * L + r0, (nb + j) * L, kind, j)
 
 
 @ti.func
