@@ -53,7 +53,6 @@ class LayerlabApp(GuardedApp):
         super().__init__()
         self.store_arg = store
         self.store = self.recorder = None
-        self.child_store: str | None = None  # where the training process records its run (None: the app does)
         self.store_note = ""
         self.config_name = config or DEFAULT_CONFIG
         self.save_dir = Path(save_dir) if save_dir is not None else paths.default_save_dir()
@@ -91,6 +90,11 @@ class LayerlabApp(GuardedApp):
         self.set_interval(0.05, self._poll)
         self._update_controls()
 
+    @property
+    def child_store(self) -> str | None:
+        """Where the training and sweep processes record their runs (None: in memory, the app records them)."""
+        return None if self.store is None or self.store.memory else str(self.store.path)
+
     def _open_store(self) -> None:
         """The run store the Runs view reads and the runs are recorded in. One that cannot be used (damaged, from
         a newer layerlab, --no-store) leaves the app without history: it says so, and keeps this session's runs
@@ -98,7 +102,6 @@ class LayerlabApp(GuardedApp):
         if self.store_arg is not False:
             try:
                 self.store = Store(self.store_arg)
-                self.child_store = str(self.store.path)
                 return
             except StoreError as exc:
                 self.store_note = f"✗ {exc}; no history: this session's runs are kept until you quit"

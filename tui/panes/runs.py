@@ -104,8 +104,8 @@ class RunsPane(Guarded, Vertical):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.cursor_row >= len(self.rows) - 1 and len(self.rows) < self.total:
-            self._read(len(self.rows) + PAGE)
-        if not self.marked:
+            self._read(len(self.rows) + PAGE)  # (which shows the curves)
+        elif not self.marked:
             self.show_curves()
 
     # -- selection and marks ----------------------------------------------------------------------------------------

@@ -21,8 +21,15 @@ class Chart(PlotextPlot):
         super().__init__(**kwargs)
         self.draw, self.empty = draw, empty
         self.args: tuple | None = None
-        self.series: dict = {}
+        self._series: dict | None = {}
         self._dirty = False
+
+    @property
+    def series(self) -> dict:
+        """What the current data plots (label -> xs, ys), worked out when first asked for after new data."""
+        if self._series is None:
+            self._series = self._draw_into(_Recorder())
+        return self._series
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -31,13 +38,13 @@ class Chart(PlotextPlot):
     def show(self, *args, now: bool = False) -> None:
         """New data; drawn at the next tick (``now``: at the next frame)."""
         self.args = args
-        self.series = self._draw_into(_Recorder())  # what will be drawn, known at once
+        self._series = None
         self._dirty = True
         if now:
             self._tick()
 
     def clear(self, empty: str | None = None) -> None:
-        self.args, self.series = None, {}
+        self.args, self._series = None, {}
         if empty is not None:
             self.empty = empty
         self.refresh()
