@@ -394,12 +394,12 @@ class LayerlabApp(GuardedApp):
                 pane.progress(msg["i"], msg["n"], msg["what"])
             elif msg["event"] == "sweep_done":
                 pane.show(msg["points"], msg["amdahl"])
+                pane.progress(1, 1, f"done: {len(msg['points'])} points")
                 if self.child_store is None:
                     self._record_sweep(msg)
                 self._show_runs()
             elif msg["event"] == "store_warning":
                 self.notify(msg["message"], severity="warning", timeout=12, markup=False)
-                pane.progress(1, 1, f"done: {len(msg['points'])} points")
             elif msg["event"] == "sweep_failed":
                 pane.progress(0, 1, f"✗ sweep failed: {msg['error']}")
                 self.notify(f"sweep failed: {msg['error']}", severity="error", timeout=10, markup=False)
