@@ -85,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("archs", help="which backends work here, and why not")
     b = sub.add_parser("bench", help="benchmark the seed workloads, side by side with PyTorch where installed")
     b.add_argument("--workloads", default="net-1h,net-2h,cnn32,cnn64,cnn256",
-                   help="comma-separated: net-1h, net-2h, cnn32, cnn64, cnn256")
+                   help="comma-separated, from: net-1h, net-1h-relu, net-2h, cnn32, cnn64, cnn256 "
+                        "(default: all but net-1h-relu)")
     b.add_argument("--batch", default="64,256,1000", help="comma-separated batch sizes")
     b.add_argument("--arch", default="cpu-parallel", choices=["cpu-serial", "cpu-parallel", "cuda"])
     b.add_argument("--threads", type=_int_arg)
