@@ -38,12 +38,26 @@ class Part:
         runner = self.fused or self.layers[0]
         runner.forward(ws.acts[j + 1], ws.acts[i], params, ws.scratch[i])
 
-    def backward(self, ws, params, dparams, need_dinp: bool) -> None:
+    def backward(self, ws, params, dparams, need_dinp: bool, sgd=None) -> None:
+        """``sgd`` (optim.SGD.fused()): where ``sgd_range`` is not None, W gets SGD's step instead of its
+        gradient (the optimizer then skips that range)."""
         i, j = self.first, self.last
         runner = self.fused or self.layers[0]
         dout = ws.dacts[j + 1 if self.grad_from is None else self.grad_from]
+        kw = {"sgd": sgd} if sgd is not None and self.sgd_range() is not None else {}
         runner.backward(ws.dacts[i], dparams, dout, ws.acts[i], ws.acts[j + 1], params, ws.scratch[i],
-                        need_dinp and not self.dinp_elsewhere)
+                        need_dinp and not self.dinp_elsewhere, **kw)
+
+    def sgd_range(self) -> tuple[int, int] | None:
+        """The (lo, hi) range of the parameter buffer, a Linear's W, to which backward can apply SGD's step as
+        it forms the gradient; None where it cannot. Not for a Linear whose W another part reads in backward
+        (its input gradient computed elsewhere)."""
+        runner = self.fused or self.layers[0]
+        lin = runner.linear if isinstance(runner, LinearAct) else runner
+        if not isinstance(lin, Linear) or self.dinp_elsewhere or not lin.applies_sgd():
+            return None
+        lo = lin.offsets["weight"]
+        return lo, lo + lin.out_features * lin.in_features
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
         return (self.fused or self.layers[0]).scratch_shapes(batch, need_dinp and not self.dinp_elsewhere)
@@ -166,13 +180,13 @@ class LinearAct:
         K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind,
                                    partial=scratch.get("partial"))
 
-    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool, sgd=None) -> None:
         lin, nxt = self.linear, self.nxt
         if on_cpu():
             if nxt is not None:  # dout: the gradient at nxt's output
                 K_gemm.weight_strips(scratch["wn"], params, nxt.offsets["weight"], nxt.in_features, 0)
             return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind,
-                                scratch.get("wn"))
+                                scratch.get("wn"), sgd)
         K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, out, params, lin.offsets["weight"], lin.offsets["bias"],
                                     need_dinp, self.kind)
 

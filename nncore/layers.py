@@ -157,29 +157,34 @@ class Linear(Layer):
         else:
             K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, partial=scratch.get("partial"))
 
-    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0, wn=None):
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0, wn=None, sgd=None):
         """``out``: the output of the fused activation (``kind`` > 0, CPU), whose derivative it takes. ``wn``
         (CPU, nncore.fusion.LinearAct): the strips of the next Linear's W, ``dout`` then the gradient at that
-        Linear's output, from which the gradient at this layer's output is formed (no input gradient then)."""
+        Linear's output, from which the gradient at this layer's output is formed (no input gradient then).
+        ``sgd`` (CPU, where ``applies_sgd``: optim.SGD.fused()): W gets SGD's step instead of its gradient, after
+        the input gradient has read it."""
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if "wt" in scratch:
+            if need_dinp:
+                K_gemm.stage_panels(scratch["dp"], dout, out, kind)
+                K_gemm.weight_strips(scratch["wv"], params, w_off, self.in_features, self.cl_c)
+                K_gemm.linear_dinput_cpu(dinp, scratch["dp"], scratch["wv"])
             if wn is not None:
                 K_gemm.stage_dz_from(scratch["ds"], dparams, dout, wn, out, b_off, kind)
             else:
                 K_gemm.stage_dz(scratch["ds"], dparams, dout, out, b_off, kind)
             if "xs" in scratch:
                 K_gemm.stage_strips(scratch["xs"], inp)
-                K_gemm.linear_dweight_cpu(dparams, scratch["ds"], scratch["xs"], w_off, self.out_features,
-                                          self.in_features, self.cl_c,
-                                          K_gemm.dweight_by_rows(self.out_features, self.in_features))
+                K_gemm.linear_dweight(dparams, scratch["ds"], scratch["xs"], scratch["wt"], w_off, self.out_features,
+                                      self.in_features, self.cl_c, params, sgd)
             else:
                 K_gemm.linear_dweight_cpu_narrow(dparams, scratch["ds"], inp, w_off, self.out_features, self.cl_c)
-            if need_dinp:
-                K_gemm.stage_panels(scratch["dp"], dout, out, kind)
-                K_gemm.weight_strips(scratch["wv"], params, w_off, self.in_features, self.cl_c)
-                K_gemm.linear_dinput_cpu(dinp, scratch["dp"], scratch["wv"])
         else:  # (no activation: the output is never read, dout stands in for it)
             K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, dout, params, w_off, b_off, need_dinp)
+
+    def applies_sgd(self) -> bool:
+        """Whether backward can apply SGD's step to W itself (the CPU's staged weight gradient)."""
+        return on_cpu() and K_gemm.staging_pays(self.out_features)
 
 
 class _Activation(Layer):

@@ -23,7 +23,9 @@ from .fusion import plan
 from .graph import StepGraphs
 from .layers import LAYER_TYPES, Flatten, Layer, MaxPool2D, ReLU, init_params
 from .limits import check_index
+from .kernels import on_cpu
 from .losses import Loss
+from .optim import SGD
 from .runtime import ti
 
 
@@ -386,17 +388,30 @@ class Sequential:
         and after the step. Where compute graphs are on (by default, see nncore.graph), the launches run as
         one graph (two around a ``reduce``)."""
 
+        # Without an all-reduce between backward and update, plain SGD is applied to the CPU's wide Linears' W as
+        # backward forms their gradient (Part.sgd_range): one pass over W instead of three over W and dW.
+        fuse = reduce is None and isinstance(optimizer, SGD) and on_cpu()
+        applied = [r for p in self.parts if (r := p.sgd_range()) is not None] if fuse else []
+
         def launches():
             if gather is not None:
                 gather()
             self.forward(ws)
             self.loss_grad(ws)
-            self.backward(ws)
+            if applied:
+                sgd = optimizer.fused()
+                for part in reversed(self.parts):
+                    part.backward(ws, self.params, self.grads, self.need_dinp[part.first], sgd)
+            else:
+                self.backward(ws)
             if reduce is None:
                 update()
 
         def update():
-            optimizer.step(self.params, self.grads)
+            if applied:
+                optimizer.step(self.params, self.grads, applied)
+            else:
+                optimizer.step(self.params, self.grads)
             if after is not None:
                 after()
 

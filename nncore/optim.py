@@ -64,10 +64,21 @@ class SGD(Optimizer):
         self.momentum = _number("momentum", momentum, 0.0, 1.0)
         super().__init__(n_params, lr, weight_decay)
 
-    def step(self, params, grads):
-        K.sgd_step(params, self.state["velocity"], grads, self.lr, self.momentum, self.weight_decay,
-                   self.momentum != 0.0)
+    def step(self, params, grads, applied=()):
+        """One step on every parameter but those in ``applied``, (lo, hi) ranges that a kernel already stepped
+        while forming their gradient (see ``fused``)."""
+        lo = 0
+        for a, b in sorted(applied) + [(self.n_params, self.n_params)]:
+            if a > lo:
+                K.sgd_step(params, self.state["velocity"], grads, self.lr, self.momentum, self.weight_decay,
+                           self.momentum != 0.0, lo, a)
+            lo = b
         self.steps += 1
+
+    def fused(self) -> tuple:
+        """What a weight-gradient kernel needs to apply this step itself (gemm_cpu.linear_dweight_cpu's sgd,
+        velocity, lr, momentum, weight_decay)."""
+        return 2 if self.momentum != 0.0 else 1, self.state["velocity"], self.lr, self.momentum, self.weight_decay
 
     def __repr__(self):
         return f"SGD(lr={self.lr}, momentum={self.momentum}, weight_decay={self.weight_decay})"

@@ -102,7 +102,7 @@ def taichi_rows(arch: str, repeats: int) -> list[tuple[str, str]]:
     dparams = ti.ndarray(ti.f32, (n_out * k + n_out,))
     G.stage_dz(ds, dparams, out2, out2, n_out * k, 0)
     G.stage_strips(xs, inp)
-    dweight = median_s(lambda: G.linear_dweight_cpu(dparams, ds, xs, 0, n_out, k, 0, G.dweight_by_rows(n_out, k)), repeats, ti.sync)
+    dweight = median_s(lambda: G.linear_dweight(dparams, ds, xs, ds, 0, n_out, k, 0), repeats, ti.sync)
     dstage = median_s(lambda: (G.stage_dz(ds, dparams, out2, out2, n_out * k, 0), G.stage_strips(xs, inp)),
                       repeats, ti.sync)
     rows += [(f"Linear forward 256x784x1024, operands staged, {arch}",

@@ -338,50 +338,95 @@ def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_o
 
 
 @ti.func
-def _store_dweight(dparams: ti.template(), acc: ti.template(), w_off, m0, n0, m_n, n_n, cl_c, cj: ti.template()):
-    """Rows of strip ``cj`` of a weight-gradient tile (see ``_tile``) into dparams[w_off:] (OUT, IN), rows m0..,
-    columns n0.. (in the input's order: see _column), only what exists."""
-    cols = VI([_column(ti.min(n0 + j, n_n - 1), n_n, cl_c) for j in ti.static(range(L))])
+def _store_dweight(dparams: ti.template(), wt: ti.template(), acc: ti.template(), w_off, f0, ob0, n_out, n_in, cl_c,
+                   sgd: ti.template(), params: ti.template(), velocity: ti.template(), hyper):
+    """A tile of dW^T (see ``_tile``: rows are input features f0.., strips the outputs of strips ob0..) into
+    dparams[w_off:], dW (OUT, IN) (columns in the input's order: see _column), only what exists. With ``sgd`` > 0
+    the gradient is not stored but applied to W in params: nncore.kernels.optim.sgd_step's arithmetic on whole
+    vectors, W read from the forward's panels ``wt`` (whose vectors are dW^T's), ``hyper`` = (lr, momentum,
+    weight decay); ``sgd`` 2 keeps the velocity."""
+    n_ob = wt.shape[0]
     for i in ti.static(range(ROWS)):
-        if m0 + i < m_n:
-            for j in range(ti.min(L, n_n - n0)):
-                dparams[w_off + (m0 + i) * n_n + cols[j]] = acc[i * COLS + cj][j]
+        if f0 + i < n_in:
+            c = _column(f0 + i, n_in, cl_c)
+            for j in ti.static(range(COLS)):
+                ob = ob0 + j
+                if ob < n_ob:
+                    at = VI([w_off + ti.min(ob * L + l, n_out - 1) * n_in + c for l in ti.static(range(L))])
+                    g = acc[i * COLS + j]
+                    if ti.static(sgd == 0):
+                        for l in ti.static(range(L)):
+                            if ob * L + l < n_out:
+                                dparams[at[l]] = g[l]
+                    else:
+                        w = wt[ob, f0 + i]
+                        g = g + hyper[2] * w
+                        if ti.static(sgd == 2):
+                            g = hyper[1] * V([velocity[at[l]] for l in ti.static(range(L))]) + g
+                        w = w - hyper[0] * g
+                        for l in ti.static(range(L)):
+                            if ob * L + l < n_out:
+                                params[at[l]] = w[l]
+                                if ti.static(sgd == 2):
+                                    velocity[at[l]] = g[l]
 
 
 @ti.func
-def _dweight_tile(dparams: ti.template(), ds: ti.template(), xs: ti.template(), mb, nb, w_off, m_n, n_n, cl_c):
-    for g in range(_groups(m_n - mb * L)):
+def _dweight_tile(dparams: ti.template(), wt: ti.template(), ds: ti.template(), xs: ti.template(), mb, nb, w_off, m_n,
+                  n_n, cl_c, sgd: ti.template(), params: ti.template(), velocity: ti.template(), lr, momentum,
+                  weight_decay):
+    # (hyper is formed here, inside the parallel loop: a vector local made before it crashes the CPU's
+    # parallel variant when vectors stay unscalarised)
+    hyper = ti.Vector([lr, momentum, weight_decay])
+    for g in range(_groups(n_n - mb * L)):
         r0 = g * ROWS
-        acc = _tile(ds, xs, mb, nb, ds.shape[1], r0)
-        for j in ti.static(range(COLS)):
-            _store_dweight(dparams, acc, w_off, mb * L + r0, (nb + j) * L, m_n, n_n, cl_c, j)
+        acc = _tile(xs, ds, mb, nb * COLS, xs.shape[1], r0)
+        _store_dweight(dparams, wt, acc, w_off, mb * L + r0, nb * COLS, m_n, n_n, cl_c, sgd, params, velocity, hyper)
 
 
-@sized(lambda dparams, ds, xs, w_off, m_n, n_n, *_: ds.shape[1] * m_n * n_n // 40)
-def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, w_off: ti.i32, m_n: ti.i32, n_n: ti.i32, cl_c: ti.i32,
-                       by_rows: ti.template()):
-    # dparams[w_off:]: dW (OUT, IN) = dz^T @ inp   ds: dz's strips (stage_dz)   xs: the layer input's strips
-    # (stage_strips); m_n = OUT, n_n = IN; cl_c: see _column. (The bias gradient comes with stage_dz.)
-    # A task takes a row of tiles (by_rows) or a column, along dW's longer side (``dweight_by_rows``), and holds
-    # one strip of the other side in its core's cache for all of its tiles (about 8% faster than tasks of
+@sized(lambda dparams, ds, xs, wt, w_off, m_n, n_n, *_: ds.shape[1] * m_n * n_n // 40)
+def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, wt: VA2, w_off: ti.i32, m_n: ti.i32, n_n: ti.i32,
+                       cl_c: ti.i32, by_rows: ti.template(), sgd: ti.template(), params: F1, velocity: F1,
+                       lr: ti.f32, momentum: ti.f32, weight_decay: ti.f32):
+    # dparams[w_off:]: dW (OUT, IN), formed as dW^T = inp^T @ dz: A = xs, the input's strips (stage_strips),
+    # which are inp^T's panels; B = ds, dz's strips (stage_dz). m_n = OUT, n_n = IN; cl_c: see _column. (The
+    # bias gradient comes with stage_dz.) dW^T's 16-wide vectors run along the outputs, as the forward's W
+    # panels ``wt`` do: with sgd 1 or 2, dW is not stored but SGD's step applied to W in params (and velocity),
+    # vector by vector from wt, with sgd_step's arithmetic; the optimizer then skips W, and two passes over
+    # buffers the size of W are saved. (With sgd 0, wt is not read; dparams unused with sgd > 0.)
+    # A task takes a row of tiles (by_rows) or a column, along dW^T's longer side (``dweight_by_rows``), and
+    # holds one strip of the other side in its core's cache for all of its tiles (about 8% faster than tasks of
     # single tiles; docs/LOG.md). by_rows is a template argument: choosing at run time in the loop cost more.
-    mt, nt = ds.shape[0], (xs.shape[0] + COLS - 1) // COLS  # (nt: groups of COLS strips, see _tile)
+    mt, nt = xs.shape[0], (ds.shape[0] + COLS - 1) // COLS  # (nt: groups of COLS strips, see _tile)
     if ti.static(by_rows):
         ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
         for mb in range(mt):
             for nb in range(nt):
-                _dweight_tile(dparams, ds, xs, mb, nb * COLS, w_off, m_n, n_n, cl_c)
+                _dweight_tile(dparams, wt, ds, xs, mb, nb, w_off, m_n, n_n, cl_c, sgd, params, velocity, lr, momentum,
+                              weight_decay)
     else:
         ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
         for nb in range(nt):
             for mb in range(mt):
-                _dweight_tile(dparams, ds, xs, mb, nb * COLS, w_off, m_n, n_n, cl_c)
+                _dweight_tile(dparams, wt, ds, xs, mb, nb, w_off, m_n, n_n, cl_c, sgd, params, velocity, lr, momentum,
+                              weight_decay)
+
+
+def linear_dweight(dparams, ds, xs, wt, w_off: int, n_out: int, n_in: int, cl_c: int, params=None,
+                   sgd=None) -> None:
+    """dW into dparams with linear_dweight_cpu, or, given ``params`` and ``sgd`` (optim.SGD.fused()), SGD's step
+    applied to W in params instead, read from ``wt``, W's panels as this step's forward packed them."""
+    by_rows = dweight_by_rows(n_out, n_in)
+    if sgd is None:
+        linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, by_rows, 0, dparams, dparams, 0.0, 0.0, 0.0)
+    else:
+        linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, by_rows, sgd[0], params, *sgd[1:])
 
 
 def dweight_by_rows(n_out: int, n_in: int) -> bool:
-    """Whether linear_dweight_cpu's tasks take rows of dW's tiles (more 16-row blocks of outputs than 16-column
-    blocks of inputs), else columns."""
-    return (n_out + L - 1) // L > (n_in + L - 1) // L
+    """Whether linear_dweight_cpu's tasks take rows of dW^T's tiles (more 16-row blocks of inputs than
+    16-column blocks of outputs), else columns."""
+    return (n_in + L - 1) // L > (n_out + L - 1) // L
 
 
 KB = 256  # the direct forward sums its long inner products in blocks of this many terms (see below)

@@ -12,16 +12,17 @@ from .. import runtime
 from . import F1, sized
 
 
-@sized(lambda params, *_: 2 * params.shape[0])
+@sized(lambda params, velocity, grads, lr, momentum, weight_decay, use_momentum, lo, hi: 2 * (hi - lo))
 def sgd_step(params: F1, velocity: F1, grads: F1, lr: ti.f32, momentum: ti.f32, weight_decay: ti.f32,
-             use_momentum: ti.template()):
-    # params, velocity, grads: (P,) f32; velocity starts at zero, which makes step 1 equal PyTorch's clone(g).
-    # Without momentum the velocity is neither read nor written (as PyTorch keeps no buffer then): the step is
-    # memory-bound, and that is 12 bytes per parameter instead of 20.
-    n, run = params.shape[0], runtime.stream_run
+             use_momentum: ti.template(), lo: ti.i32, hi: ti.i32):
+    # params, velocity, grads: (P,) f32, updated at [lo, hi); velocity starts at zero, which makes step 1 equal
+    # PyTorch's clone(g). Without momentum the velocity is neither read nor written (as PyTorch keeps no buffer
+    # then): the step is memory-bound, and that is 12 bytes per parameter instead of 20.
+    # (gemm_cpu.linear_dweight_cpu applies the same arithmetic to a Linear's weights as it forms their gradient.)
+    run = runtime.stream_run
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for t in range((n + run - 1) // run):
-        for i in range(t * run, ti.min(t * run + run, n)):
+    for t in range((hi - lo + run - 1) // run):
+        for i in range(lo + t * run, ti.min(lo + t * run + run, hi)):
             g = grads[i] + weight_decay * params[i]
             if ti.static(use_momentum):
                 g = momentum * velocity[i] + g

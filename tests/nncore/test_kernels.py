@@ -121,8 +121,9 @@ def test_linear_cpu_gemm(request, tile_rows, b, n_in, n_out, cl_c):
     # Tasks by rows and by columns of dW's tiles: the same sums, bit for bit.
     cols_dparams = nd(np.full(params.size, 9.0))
     KG.stage_dz(ds, cols_dparams, nd(dout), nd(dout), b_off, 0)
-    KG.linear_dweight_cpu(dparams, ds, xs, w_off, n_out, n_in, cl_c, True)
-    KG.linear_dweight_cpu(cols_dparams, ds, xs, w_off, n_out, n_in, cl_c, False)
+    KG.linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, True, 0, dparams, dparams, 0.0, 0.0, 0.0)
+    KG.linear_dweight_cpu(cols_dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, False, 0, cols_dparams, cols_dparams,
+                          0.0, 0.0, 0.0)
     assert np.array_equal(dparams.to_numpy(), cols_dparams.to_numpy())
     dp, wv = vec(KG.panels_shape(b, n_out)), vec(KG.strips_shape(n_out, n_in))
     KG.stage_panels(dp, nd(dout), nd(dout), 0)
@@ -176,7 +177,7 @@ def test_linear_cpu_gemm_fused_activation(request, tile_rows, kind, act, dact, b
     dparams, dinp = nans(params.size), nans(b, n_in)
     KG.stage_dz(ds, dparams, nd(g), out, w.size, kind)
     KG.stage_strips(xs, nd(x))
-    KG.linear_dweight_cpu(dparams, ds, xs, 0, n_out, n_in, 0, KG.dweight_by_rows(n_out, n_in))
+    KG.linear_dweight(dparams, ds, xs, ds, 0, n_out, n_in, 0)
     KG.stage_panels(dp, nd(g), out, kind)
     KG.weight_strips(wv, nd(params), 0, n_in, 0)
     KG.linear_dinput_cpu(dinp, dp, wv)
@@ -477,11 +478,11 @@ def test_count_correct(arch, rng, k):
 def test_sgd_step(arch, rng):
     p, v, g = (f32(rng.normal(size=1013)) for _ in range(3))
     pa, va = nd(p), nd(v)
-    KO.sgd_step(pa, va, nd(g), 0.05, 0.9, 0.01, True)
+    KO.sgd_step(pa, va, nd(g), 0.05, 0.9, 0.01, True, 0, len(p))
     want_p, want_v = R.sgd(p, v, g, 0.05, 0.9, 0.01)
     assert rel_err(pa.to_numpy(), want_p) < FWD_TOL
     assert rel_err(va.to_numpy(), want_v) < FWD_TOL
-    KO.sgd_step(pa, va, nd(g), 0.05, 0.0, 0.01, False)  # no momentum: the velocity is left alone
+    KO.sgd_step(pa, va, nd(g), 0.05, 0.0, 0.01, False, 0, len(p))  # no momentum: the velocity is left alone
     assert rel_err(pa.to_numpy(), R.sgd(want_p, want_v, g, 0.05, 0.0, 0.01)[0]) < FWD_TOL
     assert rel_err(va.to_numpy(), want_v) < FWD_TOL
 

@@ -352,3 +352,49 @@ def test_fused_conv_relu_pool_equals_the_layers_one_by_one(arch, rng, spec, shap
     assert (out1 > 0).any()
     assert rel_err(out1, out0) < 1e-6 and np.array_equal(arg1, arg0)
     assert rel_err(g1, g0) < 1e-5
+
+
+MLP_ODD = [{"type": "Linear", "out_features": 50}, {"type": "Sigmoid"}, {"type": "Linear", "out_features": 37},
+           {"type": "ReLU"}, {"type": "Linear", "out_features": 45}, {"type": "Linear", "out_features": 5}]
+# A wide Linear after a fused conv part: its input arrives channels-last (Linear.cl_c).
+CNN_WIDE = [{"type": "Conv2D", "out_channels": 5, "kernel_size": 3}, {"type": "ReLU"},
+            {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 40},
+            {"type": "Tanh"}, {"type": "Linear", "out_features": 5}]
+
+
+@pytest.mark.parametrize("arch,pool", [("cpu-serial", False), ("cpu-parallel", False), ("cpu-parallel", True)])
+@pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.01)])
+@pytest.mark.parametrize("layers,shape,applied", [(MLP_ODD, [29], [True, True, True, False]),
+                                                  (CNN_WIDE, [2, 9, 11], [False, False, True, False])])
+def test_sgd_applied_in_backward_equals_the_optimizer_step(arch, pool, rng, momentum, weight_decay, layers, shape,
+                                                           applied, monkeypatch):
+    # train_step applies SGD to the CPU's wide Linears as it forms their weight gradient (Part.sgd_range); the
+    # weights and velocity after 3 steps must equal backward then SGD.step bit for bit. Widths 50 and 37 take
+    # partial tiles; the MLP's second Linear needs its input gradient (read from W before W is stepped), the
+    # last Linear is narrow (its gradient goes through the optimizer); the CNN's wide Linear reads its input
+    # channels-last. pool: every kernel in its thread-pool variant (small calls otherwise run in place).
+    if pool:
+        monkeypatch.setattr("nncore.kernels.IN_PLACE_NS", 0)
+    runtime.init(arch)
+    nets = [Sequential(layers, shape, "cross_entropy", seed=3) for _ in range(2)]
+    assert [p.sgd_range() is not None for p in nets[0].parts] == applied
+    if layers is CNN_WIDE:
+        assert nets[0].layers[4].cl_c == 5
+    opts = [SGD(n.n_params, lr=0.2, momentum=momentum, weight_decay=weight_decay) for n in nets]
+    for _ in range(3):
+        x, y = rng.normal(size=(33, math.prod(shape))), rng.integers(0, 5, size=33)
+        for net, opt, fused in zip(nets, opts, (True, False)):
+            ws = net.workspace(33)
+            ws.load(x, y)
+            if fused:
+                net.train_step(ws, opt)
+            else:
+                net.forward(ws)
+                net.loss_grad(ws)
+                net.backward(ws)
+                opt.step(net.params, net.grads)
+    a, b = nets[0].state_dict(), nets[1].state_dict()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    start = Sequential(layers, shape, "cross_entropy", seed=3).state_dict()
+    assert all(not np.array_equal(a[k], start[k]) for k in a if k.endswith("weight"))
+    assert np.array_equal(opts[0].state_dict()["velocity"], opts[1].state_dict()["velocity"])
