@@ -34,9 +34,10 @@ def chunk() -> int:
 
 
 # A call whose estimated single-thread time (ns) is below this runs its loops in place, on the calling thread:
-# handing a loop to Taichi's thread pool costs about 15 us of wake-up and wait (docs/LOG.md), and two threads can
-# save at most half of the work. The estimates (``sized``) are single-thread times, within about 30%.
-IN_PLACE_NS = 40_000
+# handing a loop to Taichi's thread pool costs wake-up and wait (60-95 us a call on the 2-core Xeon VM; docs/LOG.md),
+# and two threads can save at most half of the work. The estimates (``sized``) are single-thread times, within
+# about 30%.
+IN_PLACE_NS = 150_000
 
 
 # While a compute graph is being recorded (nncore.graph), kernel calls land here instead of launching:
