@@ -359,9 +359,11 @@ class Sequential:
         sync()
         t["loss"] = (t2 := now()) - t1
         t1 = t2
+        applied = self._sgd_applied(optimizer, reduce)  # as train_step: the same kernels, timed part by part
+        sgd = optimizer.fused() if applied else None
         for k in range(n - 1, -1, -1):
             part = self.parts[k]
-            part.backward(ws, self.params, self.grads, self.need_dinp[part.first])
+            part.backward(ws, self.params, self.grads, self.need_dinp[part.first], sgd)
             sync()
             bwd[k] = (t2 := now()) - t1
             t1 = t2
@@ -370,7 +372,10 @@ class Sequential:
             sync()
             t["allreduce"] = (t2 := now()) - t1
             t1 = t2
-        optimizer.step(self.params, self.grads)
+        if applied:
+            optimizer.step(self.params, self.grads, applied)
+        else:
+            optimizer.step(self.params, self.grads)
         sync()
         t["optimizer"] = now() - t1
         return {"fwd": fwd, "bwd": bwd, **t}
@@ -381,29 +386,31 @@ class Sequential:
         return np.array([sum(rows[i]["flops_fwd"] + rows[i]["flops_bwd"] for i in range(p.first, p.last + 1))
                          for p in self.parts], dtype=np.float64)
 
+    def _sgd_applied(self, optimizer, reduce) -> list[tuple[int, int]]:
+        """The parameter ranges to which backward applies the optimizer's step (Part.sgd_range): plain SGD on the
+        CPU's wide Linears, where no all-reduce comes between backward and update. One pass over W instead of
+        three over W and its gradient; the optimizer then steps the rest."""
+        if reduce is not None or not isinstance(optimizer, SGD) or not on_cpu():
+            return []
+        return [r for p in self.parts if (r := p.sgd_range()) is not None]
+
     def train_step(self, ws: Workspace, optimizer, reduce=None, gather=None, after=None) -> None:
         """Forward, loss, backward and update on the batch in ``ws``; all on the device except ``reduce()``,
         which a distributed run calls between backward and update to sum the gradients. ``gather()`` (the
         batch in) and ``after()`` (e.g. the loss into a running sum) are more kernel launches that run before
         and after the step. Where compute graphs are on (by default, see nncore.graph), the launches run as
-        one graph (two around a ``reduce``)."""
-
-        # Without an all-reduce between backward and update, plain SGD is applied to the CPU's wide Linears' W as
-        # backward forms their gradient (Part.sgd_range): one pass over W instead of three over W and dW.
-        fuse = reduce is None and isinstance(optimizer, SGD) and on_cpu()
-        applied = [r for p in self.parts if (r := p.sgd_range()) is not None] if fuse else []
+        one graph (two around a ``reduce``). For plain SGD on the CPU, backward updates the wide Linears' W
+        itself (``_sgd_applied``), and ``self.grads`` then holds no gradient for those weights."""
+        applied = self._sgd_applied(optimizer, reduce)
 
         def launches():
             if gather is not None:
                 gather()
             self.forward(ws)
             self.loss_grad(ws)
-            if applied:
-                sgd = optimizer.fused()
-                for part in reversed(self.parts):
-                    part.backward(ws, self.params, self.grads, self.need_dinp[part.first], sgd)
-            else:
-                self.backward(ws)
+            sgd = optimizer.fused() if applied else None
+            for part in reversed(self.parts):
+                part.backward(ws, self.params, self.grads, self.need_dinp[part.first], sgd)
             if reduce is None:
                 update()
 
