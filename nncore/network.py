@@ -334,10 +334,11 @@ class Sequential:
             raise ConfigError("the network has no loss; give one in the spec (loss = \"cross_entropy\")")
         self.loss.forward_backward(ws.losses, ws.dacts[-1], ws.logits, ws.labels)
 
-    def backward(self, ws: Workspace) -> None:
-        """Gradients of every parameter into ``self.grads`` (overwritten, not accumulated)."""
+    def backward(self, ws: Workspace, sgd=None) -> None:
+        """Gradients of every parameter into ``self.grads`` (overwritten, not accumulated); with ``sgd``
+        (optim.SGD.fused()), SGD's step applied instead to the W ranges of ``_sgd_applied``."""
         for part in reversed(self.parts):
-            part.backward(ws, self.params, self.grads, self.need_dinp[part.first])
+            part.backward(ws, self.params, self.grads, self.need_dinp[part.first], sgd)
 
     def timed_step(self, ws: Workspace, optimizer, gather, reduce=None) -> dict[str, np.ndarray | float]:
         """One training step with a device sync after each part: seconds for ``gather()`` (the batch), each
@@ -372,10 +373,7 @@ class Sequential:
             sync()
             t["allreduce"] = (t2 := now()) - t1
             t1 = t2
-        if applied:
-            optimizer.step(self.params, self.grads, applied)
-        else:
-            optimizer.step(self.params, self.grads)
+        self._update(optimizer, applied)
         sync()
         t["optimizer"] = now() - t1
         return {"fwd": fwd, "bwd": bwd, **t}
@@ -394,6 +392,13 @@ class Sequential:
             return []
         return [r for p in self.parts if (r := p.sgd_range()) is not None]
 
+    def _update(self, optimizer, applied: list) -> None:
+        """The optimizer's step on every parameter outside ``applied`` (``_sgd_applied``)."""
+        if applied:
+            optimizer.step(self.params, self.grads, applied)
+        else:
+            optimizer.step(self.params, self.grads)
+
     def train_step(self, ws: Workspace, optimizer, reduce=None, gather=None, after=None) -> None:
         """Forward, loss, backward and update on the batch in ``ws``; all on the device except ``reduce()``,
         which a distributed run calls between backward and update to sum the gradients. ``gather()`` (the
@@ -408,17 +413,12 @@ class Sequential:
                 gather()
             self.forward(ws)
             self.loss_grad(ws)
-            sgd = optimizer.fused() if applied else None
-            for part in reversed(self.parts):
-                part.backward(ws, self.params, self.grads, self.need_dinp[part.first], sgd)
+            self.backward(ws, optimizer.fused() if applied else None)
             if reduce is None:
                 update()
 
         def update():
-            if applied:
-                optimizer.step(self.params, self.grads, applied)
-            else:
-                optimizer.step(self.params, self.grads)
+            self._update(optimizer, applied)
             if after is not None:
                 after()
 

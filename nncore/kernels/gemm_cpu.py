@@ -16,9 +16,10 @@ sequentially through memory:
 Staging per product (all O(size of an operand), against the product's O(M*N*K)):
 - forward, out = act(inp @ W^T + b): A = inp as panels (``stage_panels``), B = W^T as strips, which are W's
   panels (packed from the parameters by the forward's own tasks, or by ``weight_panels`` for the direct one);
-- weight gradient, dW = dz^T @ inp with dz = dout * act'(out): A = dz^T, whose panels are dz's strips
-  (``stage_dz``, which also sums the bias gradient; ``stage_dz_from`` where a narrow Linear follows and leaves
-  its input gradient, this layer's dout, to be formed here), B = inp as strips (``stage_strips``);
+- weight gradient, formed as dW^T = inp^T @ dz with dz = dout * act'(out): A = inp^T, whose panels are inp's
+  strips (``stage_strips``), B = dz as strips (``stage_dz``, which also sums the bias gradient; ``stage_dz_from``
+  where a narrow Linear follows and leaves its input gradient, this layer's dout, to be formed here); dW^T's
+  vectors run along the outputs, as W's panels do, so plain SGD can be applied to W right there;
 - input gradient, dinp = dz @ W: A = dz as panels (``stage_panels`` with the activation), B = W as strips
   (``weight_strips``).
 The activation after a Linear (ReLU, Sigmoid, Tanh; ``kind`` 1-3, 0 for none) runs in the forward's epilogue on
