@@ -138,7 +138,7 @@ class Store:
             self.db = sqlite3.connect(MEMORY if self.memory else self.path, timeout=timeout, isolation_level=None)
             self._check()  # before anything could write to a file that is not ours
             self.db.execute("PRAGMA foreign_keys = ON")
-            self.db.execute("PRAGMA journal_mode = WAL")
+            self._journal_wal(timeout)
             self.db.execute("PRAGMA synchronous = NORMAL")  # WAL: a killed process loses no commit
             self._migrate()
             self.mark_dead()
@@ -148,6 +148,20 @@ class Store:
             raise StoreError(f"run store {self.path}: {exc} (move it aside to start a new one)") from None
         except OSError as exc:
             raise StoreError(f"run store {self.path}: {exc.strerror or exc}") from None
+
+    def _journal_wal(self, timeout: float) -> None:
+        """Switch the file to WAL. While another process switches a new file at the same moment, SQLite answers
+        "database is locked" at once instead of waiting its busy timeout, so the switch is retried (two runs
+        starting together on a new store lost one run's record to this)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     # -- schema -------------------------------------------------------------------------------------------------
     def _check(self) -> int | None:

@@ -203,3 +203,19 @@ def test_listed_rates_leave_out_step_one_as_the_app_does(tmp_path):
             app_view.add_epoch(e.to_dict())
     (run,) = store.runs()
     assert run["samples_per_s"] == pytest.approx(app_view.samples_per_s)
+
+
+def test_two_processes_making_a_new_store_at_once_both_open_it(tmp_path):
+    # Two runs that start together on a store that does not exist yet both switch the new file to WAL; SQLite
+    # answered "database is locked" at once to one of them in about a third of the tries (and the run went on
+    # unrecorded). Each pair here races on a fresh file.
+    code = ("import sys; from nncore.store import Store; s = Store(sys.argv[1]); s.begin('train', 'x', {}); "
+            "print(s.count())")
+    for i in range(25):
+        path = str(tmp_path / f"s{i}" / "runs.sqlite")
+        procs = [subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(2)]
+        for p in procs:
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err
+        assert Store(path).count() == 2
