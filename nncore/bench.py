@@ -44,10 +44,12 @@ class BenchResult:
     ms_per_step: float
     gflops: float  # achieved: training FLOPs per step / time per step
     layers: list = field(default_factory=list)  # name, ms, share, gflops
-    torch_samples_per_s: float | None = None
+    torch_samples_per_s: float | None = None  # PyTorch's median in the first mode asked for
     ratio: float | None = None  # ours / PyTorch's
     runs: list = field(default_factory=list)  # samples/s of every repeat
     torch_runs: list = field(default_factory=list)  # PyTorch's samples/s of every round, in its own process
+    torch_mode: str | None = None  # the mode of torch_samples_per_s (nncore.peer.MODES)
+    torch_modes: dict = field(default_factory=dict)  # mode -> {"samples_per_s", "ratio", "runs"}, every mode
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -120,16 +122,18 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
         runtime.sync()
         rates.append(steps * batch / (time.perf_counter() - t0))
         if peer is not None:
-            theirs.append(peer.round(steps))
+            theirs.append(peer.round(steps))  # {mode: samples/s}
     rate = statistics.median(rates)
     ms = 1e3 * batch / rate
     layers = _breakdown(net, ws, opt, xs, ys, order, reps=max(3, min(steps, 10)))
     res = BenchResult(name, info.arch, info.threads, batch, steps, repeats, compile_s, rate, ms,
                       _flops_per_step(net, batch) / (ms / 1e3) / 1e9, layers, runs=rates)
-    if theirs:
-        res.torch_samples_per_s = statistics.median(theirs)
-        res.torch_runs = theirs
-        res.ratio = rate / res.torch_samples_per_s
+    for mode in peer.modes if theirs else ():
+        runs = [r[mode] for r in theirs]
+        med = statistics.median(runs)
+        res.torch_modes[mode] = {"samples_per_s": med, "ratio": rate / med, "runs": runs}
+        if res.torch_mode is None:
+            res.torch_mode, res.torch_samples_per_s, res.torch_runs, res.ratio = mode, med, runs, rate / med
     return res, ctx
 
 
@@ -144,14 +148,14 @@ def _breakdown(net, ws, opt, xs, ys, order, reps: int) -> list[dict]:
             for t in timer.results()]
 
 
-def torch_peer(arch: str, threads: int | None):
-    """A PyTorch process (nncore.peer) for ``arch``: the GPU for cuda, else the CPU with the thread count
-    layerlab's backend runs (1 on cpu-serial)."""
+def torch_peer(arch: str, threads: int | None, modes: tuple = ("eager",)):
+    """A PyTorch process (nncore.peer) for ``arch``, timing each of ``modes``: the GPU for cuda, else the CPU
+    with the thread count layerlab's backend runs (1 on cpu-serial)."""
     from .peer import TorchPeer
 
     if arch == "cuda":
-        return TorchPeer("cuda", 1)
-    return TorchPeer("cpu", 1 if arch == "cpu-serial" else (threads or runtime.cpu_count()))
+        return TorchPeer("cuda", 1, modes)
+    return TorchPeer("cpu", 1 if arch == "cpu-serial" else (threads or runtime.cpu_count()), modes)
 
 
 def torch_available() -> bool:

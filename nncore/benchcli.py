@@ -18,7 +18,20 @@ def _ints(text: str, name: str) -> list[int]:
     return vals
 
 
+def _modes(args) -> tuple[str, ...]:
+    from .peer import MODES
+
+    modes = tuple(dict.fromkeys(m.strip() for m in args.torch_mode.split(",") if m.strip()))
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ConfigError(f"--torch-mode: unknown {bad[0] if bad else '(none)'!r}; choose from {', '.join(MODES)}")
+    if "graph" in modes and args.arch != "cuda":
+        raise ConfigError("--torch-mode graph captures PyTorch's step in a CUDA graph: it needs --arch cuda")
+    return modes
+
+
 def _check(args) -> tuple[list[str], list[int]]:
+    _modes(args)
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in names if w not in bench.WORKLOADS]
     if unknown or not names:
@@ -32,8 +45,9 @@ def _check(args) -> tuple[list[str], list[int]]:
     return names, _ints(args.batch, "batch")
 
 
-def _line(r: bench.BenchResult) -> str:
-    torch = (f"{r.torch_samples_per_s:>12,.0f} {r.ratio:>6.2f}x" if r.ratio is not None else f"{'—':>12} {'':>7}")
+def _line(r: bench.BenchResult, modes) -> str:
+    torch = "".join(f"{r.torch_modes[m]['samples_per_s']:>12,.0f} {r.torch_modes[m]['ratio']:>6.2f}x"
+                    if m in r.torch_modes else f"{'—':>12} {'':>7}" for m in modes)
     return (f"{r.workload:<8} {r.batch:>6} {r.samples_per_s:>12,.0f} {r.ms_per_step:>9.2f} {r.gflops:>8.2f} "
             f"{r.compile_s:>9.2f} {torch}")
 
@@ -59,18 +73,20 @@ def run_bench(args) -> int:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
     use_torch = not args.no_torch and bench.torch_available()
+    modes = _modes(args)
     text = args.json != "-"
     results = []
     if text:
         print(f"layerlab bench: {args.arch}, {args.steps} steps x {args.repeats} repeats after {args.warmup} "
               f"warm-up steps; PyTorch: "
-              f"{'in its own process, rounds alternated' if use_torch else 'not installed' if not args.no_torch else 'off'}")
+              f"{'in its own process, rounds alternated' if use_torch else 'not installed' if not args.no_torch else 'off'}"
+              + (f" ({', '.join(modes)})" if use_torch else ""))
         print(f"{'workload':<8} {'batch':>6} {'samples/s':>12} {'ms/step':>9} {'GFLOP/s':>8} {'compile s':>9} "
-              f"{'torch s/s':>12} {'ratio':>7}")
+              + "".join(f"{m[:8] + ' s/s':>12} {'ratio':>7}" for m in (modes if use_torch else ("torch",))))
     peer = None
     try:
         if use_torch:
-            peer = _peer(lambda: bench.torch_peer(args.arch, args.threads))
+            peer = _peer(lambda: bench.torch_peer(args.arch, args.threads, modes))
         for name in names:
             for batch in batches:
                 try:
@@ -84,7 +100,7 @@ def run_bench(args) -> int:
                                                   args.threads)
                 results.append(res)
                 if text:
-                    print(_line(res), flush=True)
+                    print(_line(res, modes if use_torch else ("torch",)), flush=True)
     except LayerlabError as exc:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code

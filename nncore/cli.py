@@ -94,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=_int_arg, default=5)
     b.add_argument("--warmup", type=_int_arg, default=3, help="steps before timing (the first compiles)")
     b.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
+    b.add_argument("--torch-mode", default="eager", metavar="MODES",
+                   help="comma-separated, how PyTorch runs its step: eager (as most people write it), graph (the "
+                        "whole step captured in a CUDA graph; cuda only), compile (torch.compile, "
+                        "mode='reduce-overhead'); a ratio column for each (default: eager)")
     b.add_argument("--json", metavar="FILE|-", help="write the results as JSON ('-': stdout, instead of text)")
     _store_args(b)
     sw = sub.add_parser("sweep", help="scaling sweep: archs x threads x batch sizes x filters, with Amdahl")

@@ -22,7 +22,11 @@ again.
 """
 from __future__ import annotations
 
+import inspect
+import itertools
+import linecache
 import os
+import types
 
 from . import kernels as _k
 from . import runtime
@@ -35,6 +39,14 @@ def default_enabled() -> bool:
     graphs against without, same rounds: net-1h batch 64 19.9k against 14.7k on cpu-parallel and 12.1k against
     10.3k on cpu-serial; batch 256 29.2k against 26.1k; cnn64 batch 256 17.4k against 15.8k)."""
     return os.environ.get("LAYERLAB_GRAPHS", "").strip() != "0"
+
+
+def fused_default() -> bool:
+    """Whether a step's launches are fused into one kernel (``fuse``) before the graph is built: on CUDA, unless
+    LAYERLAB_FUSED_STEP=0; on the CPU only with LAYERLAB_FUSED_STEP=1 (there a graph's launches cost little,
+    and the CPU's in-place and pooled loops would split the kernel anyway)."""
+    flag = os.environ.get("LAYERLAB_FUSED_STEP", "").strip()
+    return flag == "1" if flag in ("0", "1") else not _k.on_cpu()
 
 
 def record(fn) -> list:
@@ -125,6 +137,102 @@ def build(calls):
     return builder.compile()
 
 
+MAX_ARGS = 64  # Taichi 1.7's limit on a kernel's (non-template) arguments
+_funcs: dict = {}  # a kernel's Python function -> the same code as a ti.func taking every argument as a template
+_fused: dict = {}  # (signature, the ndarrays' sharing pattern) -> (fused kernel, its parameter sources)
+_serial = itertools.count()
+
+
+def _as_func(kern):
+    """The kernel's own Python function as a ti.func (every parameter a template: ndarrays by reference, scalars
+    as the fused kernel's parameters, templates as their values). Its top-level loops stay top-level loops of
+    the kernel it is inlined into, each an offloaded task launched in order within that kernel's one launch."""
+    fn = kern._primal.func
+    f = _funcs.get(fn)
+    if f is None:
+        g = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+        g.__annotations__ = {name: ti.template() for name in inspect.signature(fn).parameters}
+        g.__module__, g.__qualname__ = fn.__module__, fn.__qualname__
+        f = _funcs[fn] = ti.func(g)
+    return f
+
+
+def _sharing(calls) -> tuple:
+    """Which runtime arguments are the same ndarray: each ndarray argument's index among the distinct ones."""
+    seen: dict = {}
+    return tuple(seen.setdefault(id(args[i]), len(seen))
+                 for kern, args, _ in calls for i, kind in _slots(kern).runtime if kind == "nd")
+
+
+def _n_params(calls) -> int:
+    nds = {id(args[i]) for kern, args, _ in calls for i, kind in _slots(kern).runtime if kind == "nd"}
+    return len(nds) + sum(kind != "nd" for kern, _, _ in calls for _, kind in _slots(kern).runtime)
+
+
+def _make_fused(calls):
+    """A kernel that runs ``calls``' kernels one after another as one launch: its body calls each kernel's
+    function (``_as_func``) with the recorded templates; its parameters are the distinct ndarrays and every
+    scalar, in order of first use. Returns the kernel and, per parameter, the (call, argument) it comes from."""
+    ns: dict = {"ti": ti}
+    params, sources, lines, nd_param = [], [], [], {}
+    for c, (kern, args, _) in enumerate(calls):
+        slots = _slots(kern)
+        ns[f"f{c}"] = _as_func(kern)
+        kinds = dict(slots.runtime)
+        actual = []
+        for i, a in enumerate(args):
+            if i in slots.templates:
+                ns[f"t{c}_{i}"] = a
+                actual.append(f"t{c}_{i}")
+                continue
+            if kinds[i] == "nd":
+                name = nd_param.get(id(a))
+                if name is None:
+                    name = nd_param[id(a)] = f"n{len(nd_param)}"
+                    params.append(name)
+                    sources.append((c, i))
+                    ns[f"T_{name}"] = slots.dtypes[i]
+            else:
+                name = f"s{c}_{i}"
+                params.append(name)
+                sources.append((c, i))
+                ns[f"T_{name}"] = slots.dtypes[i]
+            actual.append(name)
+        lines.append(f"    f{c}({', '.join(actual)})")
+    fname = f"fused_step_{next(_serial)}"
+    src = f"def {fname}({', '.join(f'{p}: T_{p}' for p in params)}):\n" + "\n".join(lines) + "\n"
+    filename = f"<nncore {fname}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # Taichi reads the source
+    exec(compile(src, filename, "exec", dont_inherit=True), ns)  # (annotations evaluated, not strings)
+    return ti.kernel(ns[fname]), sources
+
+
+def fuse(calls) -> list:
+    """``calls`` as fewer calls: each run of consecutive calls with the same in-place flag (nncore.kernels.Sized)
+    and at most MAX_ARGS parameters becomes one call of a kernel that holds them all (``_make_fused``), cached
+    by the kernels, their templates and which arguments share an ndarray. A launch costs the same whatever a
+    kernel holds, so a step of a dozen kernels costs one launch's overhead instead of a dozen."""
+    groups: list = []
+    for call in calls:
+        g = groups[-1] if groups else None
+        if g is not None and g[-1][2] == call[2] and _n_params(g + [call]) <= MAX_ARGS:
+            g.append(call)
+        else:
+            groups.append([call])
+    out = []
+    for g in groups:
+        if len(g) == 1:
+            out.append(g[0])
+            continue
+        key = (_signature(g), _sharing(g))
+        made = _fused.get(key)
+        if made is None:
+            made = _fused[key] = _make_fused(g)
+        kern, sources = made
+        out.append((kern, [g[c][1][i] for c, i in sources], g[0][2]))
+    return out
+
+
 def launch(calls) -> None:
     """Run recorded calls one by one (what the code would have done without the recording)."""
     for kern, args, in_place in calls:
@@ -134,11 +242,13 @@ def launch(calls) -> None:
 class StepGraphs:
     """Compute graphs for the launch sequences of one owner (a network), rebuilt after a runtime re-init."""
 
-    def __init__(self, enabled: bool | None = None):
+    def __init__(self, enabled: bool | None = None, fused: bool | None = None):
         self.enabled = default_enabled() if enabled is None else enabled
+        self.fused = fused_default() if fused is None else fused  # steps fused into one kernel (``fuse``)
         self._graphs: dict = {}
         self._gen = runtime.generation()
         self.built = self.fallbacks = 0
+        self.launches = (0, 0)  # the last run's kernel calls: as recorded, and as launched after fusion
 
     def run(self, fn) -> None:
         """``fn()``'s kernel launches, as one graph where enabled."""
@@ -151,6 +261,10 @@ class StepGraphs:
         calls = record(fn)
         if not calls:
             return
+        n = len(calls)
+        if self.fused:
+            calls = fuse(calls)
+        self.launches = (n, len(calls))
         sig = _signature(calls)
         graph = self._graphs.get(sig)
         if graph is None:

@@ -41,17 +41,22 @@ class PeerError(RuntimeError):
     """The peer process failed or could not start; the message says why."""
 
 
-class TorchPeer:
-    """A PyTorch process on ``device`` ("cpu" or "cuda") with ``threads`` intra-op threads (CPU)."""
+MODES = ("eager", "graph", "compile")  # how the peer runs PyTorch's training step: see _Worker.setup
 
-    def __init__(self, device: str = "cpu", threads: int = 1):
+
+class TorchPeer:
+    """A PyTorch process on ``device`` ("cpu" or "cuda") with ``threads`` intra-op threads (CPU), timing the
+    training step in each of ``modes`` (MODES; "graph" only on cuda)."""
+
+    def __init__(self, device: str = "cpu", threads: int = 1, modes: tuple = ("eager",)):
+        self.modes = tuple(modes)
         # The calling thread's CPUs: the Taichi owner thread's, which nncore.pinning never pins.
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         self._proc = subprocess.Popen([sys.executable, "-m", "nncore.peer"], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, env=env)
         try:
-            self.call("init", {"device": device, "threads": threads, "cpus": cpus})
+            self.call("init", {"device": device, "threads": threads, "cpus": cpus, "modes": self.modes})
         except BaseException:
             self.close()
             raise
@@ -68,21 +73,23 @@ class TorchPeer:
         return result
 
     def setup(self, ctx: dict, batch: int, warmup: int) -> None:
-        """Build the network of ``ctx`` (bench.bench_layerlab's) with its initial weights, and run ``warmup``
-        steps (at least one) untimed."""
+        """Build the network of ``ctx`` (bench.bench_layerlab's) with its initial weights, once per mode, and
+        run ``warmup`` steps (at least one; more where a mode needs them to capture or compile) untimed."""
         self.call("setup", {**ctx, "batch": batch, "warmup": warmup})
 
-    def round(self, steps: int) -> float:
-        """Samples/s of ``steps`` timed training steps, on the batches of layerlab's rounds (from the first)."""
+    def round(self, steps: int) -> dict[str, float]:
+        """Samples/s of ``steps`` timed training steps in each mode, one mode after the other, on the batches
+        of layerlab's rounds (from the first)."""
         return self.call("round", steps)
 
     def info(self) -> dict:
         """What the peer process holds: pid, whether Taichi is imported, its threads and their CPUs."""
         return self.call("info")
 
-    def state(self) -> dict:
-        """The peer's current weights, as NumPy arrays (tests compare them with PyTorch trained in-process)."""
-        return self.call("state")
+    def state(self, mode: str | None = None) -> dict:
+        """The weights of ``mode``'s model (default: the first mode), as NumPy arrays (tests compare them with
+        PyTorch trained in-process)."""
+        return self.call("state", mode)
 
     def close(self) -> None:
         """End the child: closing its stdin ends its loop (even mid-request), then it is waited for, or
@@ -107,16 +114,82 @@ class TorchPeer:
 
 # ---- the child process ----
 
+class _Runner:
+    """One mode's model, optimizer and step (``step(s)``: train on the batch starting at sample ``s``).
+
+    eager: the step as most people write it. graph: the whole step (forward, loss, backward, SGD) captured
+    once in a CUDA graph and replayed, the batch copied into the graph's static input first, as PyTorch's
+    CUDA-graph documentation shows for whole-network capture. compile: the step function compiled with
+    ``torch.compile(mode="reduce-overhead")`` (Inductor's kernels, replayed as CUDA graphs on the GPU)."""
+
+    def __init__(self, mode: str, p: dict, x, y, device: str):
+        import torch
+
+        from .interop import torch_from_specs, torch_loss
+
+        torch.manual_seed(0)
+        self.model = torch_from_specs(p["specs"]).to(device)
+        self.model.load_state_dict({k: torch.from_numpy(v) for k, v in p["init"].items()})
+        self.crit = torch_loss(p["loss"])[0]
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=p["lr"])
+        self.x, self.y, self.b = x, y, p["batch"]
+        self.step = self._eager
+        if mode == "graph":
+            self._capture(p["starts"][0])
+        elif mode == "compile":
+            import logging
+
+            logging.getLogger("torch").setLevel(logging.ERROR)  # (Inductor's notes would fill the bench's output)
+            self._compiled = torch.compile(self._train, mode="reduce-overhead")
+            self.step = lambda s: self._compiled(self.x[s:s + self.b], self.y[s:s + self.b])
+
+    def _train(self, x, y):
+        self.opt.zero_grad(set_to_none=True)
+        self.crit(self.model(x), y).backward()
+        self.opt.step()
+
+    def _eager(self, s: int) -> None:
+        self._train(self.x[s:s + self.b], self.y[s:s + self.b])
+
+    def _capture(self, s: int) -> None:
+        import torch
+
+        self.sx, self.sy = self.x[s:s + self.b].clone(), self.y[s:s + self.b].clone()
+        side = torch.cuda.Stream()  # warm-up on a side stream before capture, as the documentation asks
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self._train(self.sx, self.sy)
+        torch.cuda.current_stream().wait_stream(side)
+        self.opt.zero_grad(set_to_none=True)  # the captured backward allocates .grad from the graph's pool
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.crit(self.model(self.sx), self.sy).backward()
+            self.opt.step()
+
+        def step(s: int) -> None:
+            self.sx.copy_(self.x[s:s + self.b])
+            self.sy.copy_(self.y[s:s + self.b])
+            self.graph.replay()
+
+        self.step = step
+
+
 class _Worker:
     def __init__(self):
-        self.model = self.opt = None
+        self.runners = {}
 
     def init(self, p: dict):
         import torch
 
         if p["cpus"] and hasattr(os, "sched_setaffinity"):
             os.sched_setaffinity(0, p["cpus"])
-        self.device = p["device"]
+        self.device, self.modes = p["device"], p["modes"]
+        bad = [m for m in self.modes if m not in MODES]
+        if bad:
+            raise ValueError(f"unknown mode {bad[0]!r}; choose from {', '.join(MODES)}")
+        if "graph" in self.modes and self.device != "cuda":
+            raise ValueError("mode 'graph' captures CUDA graphs: it needs --arch cuda")
         if self.device == "cpu":
             torch.set_num_threads(p["threads"])
         return None
@@ -124,36 +197,34 @@ class _Worker:
     def setup(self, p: dict):
         import torch
 
-        from .interop import torch_from_specs, torch_loss
+        from .interop import torch_loss
 
-        torch.manual_seed(0)
-        self.model = torch_from_specs(p["specs"]).to(self.device)
-        self.model.load_state_dict({k: torch.from_numpy(v) for k, v in p["init"].items()})
-        self.crit, target = torch_loss(p["loss"])
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=p["lr"])
-        self.x = torch.from_numpy(p["x"]).to(self.device)
-        self.y = target(p["y"], p["n_out"]).to(self.device)
-        self.starts, self.batch, self.next = p["starts"], p["batch"], 0
+        self.runners = {}  # the previous setup's models go first (GPU memory)
+        x = torch.from_numpy(p["x"]).to(self.device)
+        y = torch_loss(p["loss"])[1](p["y"], p["n_out"]).to(self.device)
+        self.starts, self.batch = p["starts"], p["batch"]
         self.sync = torch.cuda.synchronize if self.device == "cuda" else (lambda: None)
-        self._run(max(p["warmup"], 1))
+        for mode in self.modes:
+            self.runners[mode] = r = _Runner(mode, p, x, y, self.device)
+            self._run(r, max(p["warmup"], 3 if mode == "compile" else 1))
         self.sync()
         return None
 
-    def _run(self, n: int) -> None:
-        b = self.batch
-        for _ in range(n):
-            s = self.starts[self.next % len(self.starts)]
-            self.next += 1
-            self.opt.zero_grad(set_to_none=True)
-            self.crit(self.model(self.x[s:s + b]), self.y[s:s + b]).backward()
-            self.opt.step()
+    def _run(self, runner: _Runner, n: int) -> None:
+        for i in range(n):
+            runner.step(self.starts[i % len(self.starts)])  # every round on the same batches as layerlab's
 
-    def round(self, steps: int) -> float:
-        self.next = 0  # every round trains on the same batches as layerlab's rounds
-        t0 = time.perf_counter()
-        self._run(steps)
-        self.sync()
-        return steps * self.batch / (time.perf_counter() - t0)
+    def round(self, steps: int) -> dict[str, float]:
+        if not self.runners:
+            raise RuntimeError("round before setup: no network")
+        rates = {}
+        for mode, runner in self.runners.items():
+            self.sync()
+            t0 = time.perf_counter()
+            self._run(runner, steps)
+            self.sync()
+            rates[mode] = steps * self.batch / (time.perf_counter() - t0)
+        return rates
 
     def info(self, _=None) -> dict:
         import torch
@@ -169,8 +240,9 @@ class _Worker:
                 "threads": threads, "process_cpus": sorted(os.sched_getaffinity(0)),
                 "torch_threads": torch.get_num_threads()}
 
-    def state(self, _=None) -> dict:
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+    def state(self, mode: str | None = None) -> dict:
+        model = self.runners[mode or self.modes[0]].model
+        return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
 
 
 def _serve() -> None:

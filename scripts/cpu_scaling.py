@@ -42,7 +42,7 @@ def main() -> None:
                     for arch, peer in peers.items():
                         if r == 0:
                             peer.setup(ctx, batch, 2)
-                        theirs[arch].append(peer.round(args.steps))
+                        theirs[arch].append(peer.round(args.steps)["eager"])
             finally:
                 for peer in peers.values():
                     peer.close()

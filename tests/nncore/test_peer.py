@@ -79,7 +79,7 @@ def test_bench_goes_on_without_a_failing_peer(monkeypatch, capsys):
 
     monkeypatch.setattr(bench, "torch_peer", broken)
     args = argparse.Namespace(arch="cpu-serial", workloads="net-1h", batch="17", steps=2, repeats=1, warmup=1,
-                              threads=None, no_torch=False, json="-", store=None, no_store=True)
+                              threads=None, no_torch=False, torch_mode="eager", json="-", store=None, no_store=True)
     assert benchcli.run_bench(args) == 0
     out = capsys.readouterr()
     assert "warning: the PyTorch peer failed: ImportError: broken install; going on without PyTorch" in out.err
@@ -87,3 +87,25 @@ def test_bench_goes_on_without_a_failing_peer(monkeypatch, capsys):
 
     (row,) = json.loads(out.out)
     assert row["ratio"] is None and row["samples_per_s"] > 0
+
+
+def test_peer_times_every_mode_asked_for_and_ratios_each():
+    """--torch-mode eager,compile: each round times both modes (each its own model from the same weights), and
+    the result holds a median and a ratio for each; the first mode's is the result's headline ratio."""
+    pytest.importorskip("torch._dynamo", reason="torch.compile is not available in this PyTorch")
+    with bench.torch_peer("cpu-serial", None, ("eager", "compile")) as peer:
+        res, _ = bench.bench_layerlab("net-1h", "cpu-serial", 19, 2, 2, 1, peer=peer)
+    assert set(res.torch_modes) == {"eager", "compile"} and res.torch_mode == "eager"
+    for mode, got in res.torch_modes.items():
+        assert len(got["runs"]) == 2 and got["samples_per_s"] == pytest.approx(np.median(got["runs"]))
+        assert got["ratio"] == pytest.approx(res.samples_per_s / got["samples_per_s"]), mode
+    assert res.ratio == res.torch_modes["eager"]["ratio"]
+
+
+def test_torch_mode_is_checked_before_anything_runs(capsys):
+    from nncore.cli import main
+
+    assert main(["bench", "--torch-mode", "eager,graf", "--no-store"]) == 2
+    assert "--torch-mode: unknown 'graf'; choose from eager, graph, compile" in capsys.readouterr().err
+    assert main(["bench", "--arch", "cpu-serial", "--torch-mode", "graph", "--no-store"]) == 2
+    assert "needs --arch cuda" in capsys.readouterr().err
