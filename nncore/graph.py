@@ -207,30 +207,43 @@ def _make_fused(calls):
     return ti.kernel(ns[fname]), sources
 
 
-def fuse(calls) -> list:
-    """``calls`` as fewer calls: each run of consecutive calls with the same in-place flag (nncore.kernels.Sized)
-    and at most MAX_ARGS parameters becomes one call of a kernel that holds them all (``_make_fused``), cached
-    by the kernels, their templates and which arguments share an ndarray. A launch costs the same whatever a
-    kernel holds, so a step of a dozen kernels costs one launch's overhead instead of a dozen."""
+def fuse_plan(calls) -> list:
+    """How ``fuse`` launches ``calls``: a list of (kernel, [(call, argument) for each of its arguments], in
+    place). Each run of consecutive calls with the same in-place flag (nncore.kernels.Sized) and at most MAX_ARGS
+    parameters becomes one kernel that holds them all (``_make_fused``), cached by the kernels, their templates
+    and which arguments share an ndarray. A launch costs the same whatever a kernel holds, so a step of a dozen
+    kernels costs one launch's overhead instead of a dozen."""
     groups: list = []
-    for call in calls:
+    for c, call in enumerate(calls):
         g = groups[-1] if groups else None
-        if g is not None and g[-1][2] == call[2] and _n_params(g + [call]) <= MAX_ARGS:
-            g.append(call)
+        if g is not None and call[2] == calls[g[-1]][2] and _n_params([calls[i] for i in g] + [call]) <= MAX_ARGS:
+            g.append(c)
         else:
-            groups.append([call])
-    out = []
+            groups.append([c])
+    plan = []
     for g in groups:
         if len(g) == 1:
-            out.append(g[0])
+            kern, args, in_place = calls[g[0]]
+            plan.append((kern, [(g[0], i) for i in range(len(args))], in_place))
             continue
-        key = (_signature(g), _sharing(g))
+        sub = [calls[c] for c in g]
+        key = (_signature(sub), _sharing(sub))
         made = _fused.get(key)
         if made is None:
-            made = _fused[key] = _make_fused(g)
+            made = _fused[key] = _make_fused(sub)
         kern, sources = made
-        out.append((kern, [g[c][1][i] for c, i in sources], g[0][2]))
-    return out
+        plan.append((kern, [(g[c], i) for c, i in sources], sub[0][2]))
+    return plan
+
+
+def apply_plan(plan, calls) -> list:
+    """The calls of a ``fuse_plan`` made for calls like these (same signature and sharing), with their values."""
+    return [(kern, [calls[c][1][i] for c, i in sources], in_place) for kern, sources, in_place in plan]
+
+
+def fuse(calls) -> list:
+    """``calls`` as the calls of their ``fuse_plan``."""
+    return apply_plan(fuse_plan(calls), calls)
 
 
 def launch(calls) -> None:
@@ -247,7 +260,7 @@ class StepGraphs:
         self.fused = fused_default() if fused is None else fused  # steps fused into one kernel (``fuse``)
         self._graphs: dict = {}
         self._gen = runtime.generation()
-        self.built = self.fallbacks = 0
+        self.built = self.fallbacks = self.unfused = 0
         self.launches = (0, 0)  # the last run's kernel calls: as recorded, and as launched after fusion
 
     def run(self, fn) -> None:
@@ -261,21 +274,36 @@ class StepGraphs:
         calls = record(fn)
         if not calls:
             return
-        n = len(calls)
-        if self.fused:
-            calls = fuse(calls)
-        self.launches = (n, len(calls))
-        sig = _signature(calls)
-        graph = self._graphs.get(sig)
-        if graph is None:
-            try:
-                graph = build(calls)
-                self.built += 1
-            except Exception:  # noqa: BLE001 -- any failure to build: launch as without graphs, and remember
-                graph = False
-                self.fallbacks += 1
-            self._graphs[sig] = graph
+        key = (_signature(calls), _sharing(calls) if self.fused else None)  # (a fused kernel's parameters
+        entry = self._graphs.get(key)                                      # follow the ndarrays' sharing)
+        if entry is None:
+            entry = self._graphs[key] = self._build(calls)
+        graph, plan = entry
+        recorded = len(calls)
+        if plan is not None:
+            calls = apply_plan(plan, calls)
+        self.launches = (recorded, len(calls))
         if graph is False:
             launch(calls)
         else:
             graph.run(_values(calls))
+
+    def _build(self, calls) -> tuple:
+        """(graph, fuse_plan) for this launch sequence: the fused step's graph where ``fused`` is on, else (or
+        if that fails to build: ``unfused`` counts it) the recorded launches' graph (plan None), else (False,
+        None), launched one by one (``fallbacks`` counts it)."""
+        if self.fused:
+            try:
+                plan = fuse_plan(calls)
+                graph = build(apply_plan(plan, calls))
+                self.built += 1
+                return graph, plan
+            except Exception:  # noqa: BLE001 -- any failure to build: the step as recorded, and remember
+                self.unfused += 1
+        try:
+            graph = build(calls)
+            self.built += 1
+            return graph, None
+        except Exception:  # noqa: BLE001 -- any failure to build: launch as without graphs, and remember
+            self.fallbacks += 1
+            return False, None

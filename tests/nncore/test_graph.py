@@ -164,10 +164,31 @@ def test_fused_step_equals_part_by_part(arch, name, rng):
         if fused:
             recorded, launched = net.graphs.launches
             # fused, not replayed as recorded (on the CPU, runs of in-place and pooled kernels fuse apart)
-            assert launched < recorded and (launched <= 3 or arch != "cuda"), net.graphs.launches
+            assert net.graphs.unfused == 0 and launched < recorded and (launched <= 3 or arch != "cuda"), net.graphs.launches
     want, got = ends
     assert not np.array_equal(want, Sequential.from_spec(spec, seed=3).params.to_numpy())
     if arch == "cuda":
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     else:
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_step_that_does_not_fuse_runs_as_recorded(cpu, monkeypatch, rng):
+    """If the fused kernel cannot be made (compiled), the step runs as the recorded launches' graph, with the
+    same weights as a step launched kernel by kernel."""
+    def broken(calls):
+        raise RuntimeError("cannot compile")
+
+    monkeypatch.setattr(G, "_make_fused", broken)
+    batches = [(rng.random((9, 37), dtype=np.float32), rng.integers(0, 7, 9)) for _ in range(3)]
+    want = _train(MLP, lambda n: SGD(n, lr=0.1), False, batches).params.to_numpy()
+    net = Sequential.from_spec(MLP, seed=3)
+    net.graphs = G.StepGraphs(enabled=True, fused=True)
+    opt = SGD(net.n_params, lr=0.1)
+    for x, y in batches:
+        ws = net.workspace(len(x))
+        ws.load(x, y)
+        net.train_step(ws, opt)
+    assert net.graphs.unfused == 1 and net.graphs.built == 1 and net.graphs.fallbacks == 0
+    assert net.graphs.launches[0] == net.graphs.launches[1]
+    np.testing.assert_array_equal(net.params.to_numpy(), want)
