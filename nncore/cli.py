@@ -65,8 +65,15 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=_int_arg)
     src = t.add_mutually_exclusive_group()
     src.add_argument("--dataset", help="quadrant, circle, xor, gauss, spiral, fashion-subset, fashion-mnist")
-    src.add_argument("--data", metavar="DIR", help="a directory of IDX files (MNIST format, .gz or raw)")
-    t.add_argument("--limit", type=_int_arg, help="use at most N training and N test samples")
+    src.add_argument("--data", metavar="DIR|FILE.csv",
+                     help="a directory of IDX files (MNIST format, .gz or raw), or a CSV file (.csv or .csv.gz: "
+                          "numbers standardised, words one-hot, label in the last column unless --label)")
+    t.add_argument("--test-data", metavar="FILE.csv", help="with a CSV --data: the test rows (default: the config's "
+                   "data.test_ratio of --data's rows, chosen by the seed)")
+    t.add_argument("--label", metavar="COLUMN", help="with a CSV --data: the label column, by name or index "
+                   "(default: the last)")
+    t.add_argument("--limit", type=_int_arg, help="use at most N training and N test samples (a CSV file: read "
+                   "at most N rows)")
     t.add_argument("--no-shuffle", action="store_true")
     t.add_argument("--timing-every", type=_int_arg, metavar="K", help="time each layer on every K-th step (default 10)")
     t.add_argument("--init-weights", metavar="F.npz")
@@ -222,7 +229,20 @@ def _config(args):
             cfg.data["path"] = None
         else:
             cfg.data["dataset"] = None
-    return cfg.override("data", limit=args.limit)
+    return cfg.override("data", limit=args.limit, test_path=args.test_data, label=args.label)
+
+
+def _data_progress() -> None:
+    """Progress on stderr while a CSV file loads (nncore.tabular), twice a second, on one line on a terminal."""
+    from nncore import tabular
+
+    tty = sys.stderr.isatty()
+
+    def show(path, rows, done, size, last):
+        print(f"layerlab: reading {path}: {rows:,} rows, {done / 2**20:,.0f} of {size / 2**20:,.0f} MiB",
+              end="\n" if last or not tty else "\r", file=sys.stderr, flush=True)
+
+    tabular.progress = show
 
 
 def _ranks_wanted(args) -> int | None:
@@ -342,7 +362,11 @@ def _train(args) -> int:
                                   f"of {want} ranks: it belongs to another MPI than mpi4py's; {INSTALL_HINT}, or "
                                   "name the right one in LAYERLAB_MPIEXEC")
         cfg = _config(args)
-        check_run(cfg)  # the dataset and the network's fit to it, before a backend starts (the app checks alike)
+        if root and not args.quiet and args.jsonl != "-":
+            _data_progress()
+        info = check_run(cfg)  # the dataset and the network's fit to it, before a backend starts (the app alike)
+        for note in info.notes if root and not args.quiet else ():
+            print(f"layerlab: {note}", file=sys.stderr)
         # Every output checked before training, not found unwritable after it.
         check_outputs([("--save-weights", args.save_weights), ("--checkpoint", args.checkpoint),
                        ("--jsonl", None if args.jsonl in (None, "-") else args.jsonl)])

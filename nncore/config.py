@@ -42,10 +42,18 @@ TRAIN_FIELDS = {
     "threads": (None, _INT), "timing_every": (10, _INT), "log_every": (0, _NONNEG_INT),
     "ranks": (1, _INT),  # data-parallel MPI ranks (`layerlab train` starts mpiexec when above 1)
 }
+_COLUMN = (lambda v: (isinstance(v, str) and v != "") or (isinstance(v, int) and not isinstance(v, bool)),
+           "a column name or index")
+_HEADER = (lambda v: v == "auto" or isinstance(v, bool), '"auto", true or false')
+_COLUMNS = (lambda v: isinstance(v, (list, tuple)) and all(_COLUMN[0](c) for c in v),
+            "a list of column names or indices")
 DATA_FIELDS = {
     "dataset": (None, _STR), "path": (None, _STR), "samples": (1000, _INT), "noise": (0.0, _FRAC),
     "test_ratio": (0.2, _FRAC), "val_ratio": (0.0, _FRAC), "limit": (None, _INT),
+    # CSV files (path names a file): nncore.tabular
+    "test_path": (None, _STR), "label": (None, _COLUMN), "header": ("auto", _HEADER), "categorical": (None, _COLUMNS),
 }
+CSV_FIELDS = ("test_path", "label", "header", "categorical")
 
 
 @dataclass
@@ -183,7 +191,8 @@ def check_run(cfg: RunConfig):
     from .data import describe
 
     d = cfg.data
-    info = describe(cfg.dataset_name(), d["path"], samples=d["samples"], noise=d["noise"], test_ratio=d["test_ratio"])
+    info = describe(cfg.dataset_name(), d["path"], samples=d["samples"], noise=d["noise"], test_ratio=d["test_ratio"],
+                    seed=cfg.train["seed"], limit=d["limit"], csv={k: d[k] for k in CSV_FIELDS})
     fit_model(cfg.model, info)
     return info
 

@@ -8,6 +8,7 @@ naming the file. The training loop uploads a Dataset to the device once per run.
 from __future__ import annotations
 
 import gzip
+import os
 import math
 import struct
 import zlib
@@ -39,6 +40,7 @@ class Dataset:
     n_classes: int
     x_val: np.ndarray | None = None
     y_val: np.ndarray | None = None
+    meta: dict | None = None  # what loading found, for tabular data (nncore.tabular.load_csv)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -235,6 +237,7 @@ class DatasetInfo:
     name: str
     input_shape: tuple[int, ...]
     n_classes: int
+    notes: tuple = ()  # what loading found (a CSV file's classes and encoding), for the user
 
 
 def _idx_dims(path: Path) -> tuple[int, ...]:
@@ -250,12 +253,34 @@ def _idx_dims(path: Path) -> tuple[int, ...]:
     return dims
 
 
+def _csv(path, test_ratio: float, seed: int, limit, csv: dict | None) -> Dataset:
+    from .tabular import load_csv
+
+    csv = csv or {}
+    return load_csv(path, test_path=csv.get("test_path"), test_ratio=test_ratio, seed=seed, label=csv.get("label"),
+                    header=csv.get("header", "auto"), categorical=csv.get("categorical") or (), limit=limit)
+
+
+def is_table(path) -> bool:
+    """Whether ``path`` names a file (read as CSV: nncore.tabular) rather than a directory of IDX files; a
+    DataError if it names nothing."""
+    if path is None:
+        return False
+    if not os.path.lexists(path):
+        raise DataError(f"{path}: no such file or directory (give a directory of IDX files or a CSV file)")
+    return not Path(path).is_dir()
+
+
 def describe(name: str | None = None, directory=None, *, samples: int = 1000, noise: float = 0.0,
-             test_ratio: float = 0.2) -> DatasetInfo:
-    """Input shape and class count of a dataset by name or IDX directory, reading at most the IDX headers.
+             test_ratio: float = 0.2, seed: int = 0, limit: int | None = None, csv: dict | None = None) -> DatasetInfo:
+    """Input shape and class count of a dataset by name or IDX directory, reading at most the IDX headers; a
+    CSV file (``is_table``) is loaded to find its width and classes (kept, so loading it next costs nothing).
 
     Raises the same DataError or ConfigError that loading it would for a missing directory, a missing file,
-    an unknown name or a bad synthetic size; a file whose body is damaged is found only when it is loaded."""
+    an unknown name or a bad synthetic size; an IDX file whose body is damaged is found only when loaded."""
+    if is_table(directory):
+        ds = _csv(directory, test_ratio, seed, limit, csv)
+        return DatasetInfo(ds.name, ds.input_shape, ds.n_classes, tuple(ds.meta["notes"]))
     if directory is not None:
         directory = Path(directory)
         if not directory.is_dir():
@@ -289,9 +314,13 @@ def available_datasets() -> dict[str, str]:
 
 
 def load(name: str | None = None, directory=None, *, samples: int = 1000, noise: float = 0.0,
-         test_ratio: float = 0.2, val_ratio: float = 0.0, seed: int = 0, limit: int | None = None) -> Dataset:
-    """A dataset by name (synthetic, ``fashion-subset``, ``fashion-mnist``) or from an IDX directory."""
-    if directory is not None:
+         test_ratio: float = 0.2, val_ratio: float = 0.0, seed: int = 0, limit: int | None = None,
+         csv: dict | None = None) -> Dataset:
+    """A dataset by name (synthetic, ``fashion-subset``, ``fashion-mnist``), from an IDX directory, or from a
+    CSV file (``csv``: nncore.tabular's options, test_path, label, header, categorical; ``limit`` rows read)."""
+    if is_table(directory):
+        ds = _csv(directory, test_ratio, seed, limit, csv)
+    elif directory is not None:
         ds = load_idx_dir(directory)
     elif name in SYNTHETIC:
         ds = synthetic(name, samples, noise, test_ratio, seed)

@@ -26,7 +26,7 @@ import numpy as np
 
 from . import data as datasets
 from . import runtime
-from .config import RunConfig, fit_model
+from .config import CSV_FIELDS, RunConfig, fit_model
 from .distributed import RankFailed
 from .errors import ConfigError, DataError, DivergedError, LayerlabError
 from .fileio import write_or_rescue
@@ -54,7 +54,8 @@ def dataset_for(cfg: RunConfig) -> datasets.Dataset:
     """The run's dataset; with none named, image models get the embedded subset and flat ones quadrant."""
     dc, seed = cfg.data, cfg.train["seed"]
     return datasets.load(cfg.dataset_name(), dc["path"], samples=dc["samples"], noise=dc["noise"],
-                         test_ratio=dc["test_ratio"], val_ratio=dc["val_ratio"], seed=seed, limit=dc["limit"])
+                         test_ratio=dc["test_ratio"], val_ratio=dc["val_ratio"], seed=seed, limit=dc["limit"],
+                         csv={k: dc[k] for k in CSV_FIELDS})
 
 
 class _Timer:

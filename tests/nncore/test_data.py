@@ -93,7 +93,7 @@ def test_bad_idx_files_raise_data_error_naming_the_file(tmp_path, how):
 
 
 def test_missing_directory(tmp_path):
-    with pytest.raises(DataError, match="no such directory"):
+    with pytest.raises(DataError, match="none: no such file or directory"):
         data.load(directory=tmp_path / "none")
 
 

@@ -22,7 +22,7 @@ from nncore.errors import ConfigError, LayerlabError
 from nncore.runtime import available_archs
 from tui.guard import Guarded
 
-IDX_DIR = "idx"  # the dataset choice that reads an IDX directory
+IDX_DIR = "idx"  # the dataset choice that reads a path: an IDX directory or a CSV file
 NUMERIC = {  # field id -> (section, key, type)
     "samples": ("data", "samples", int), "noise": ("data", "noise", float),
     "test_ratio": ("data", "test_ratio", float), "val_ratio": ("data", "val_ratio", float),
@@ -30,9 +30,10 @@ NUMERIC = {  # field id -> (section, key, type)
     "batch_size": ("train", "batch_size", int), "epochs": ("train", "epochs", int),
     "seed": ("train", "seed", int), "threads": ("train", "threads", int), "ranks": ("train", "ranks", int),
 }
-SYNTHETIC_ONLY = ("samples", "noise", "test_ratio")
-HINTS = {"threads": "all cores", "ranks": "1", "path": "a directory of MNIST-format IDX files"}
-LABELS = {"ranks": "MPI ranks", "path": "IDX dir"}
+SYNTHETIC_ONLY = ("samples", "noise")
+HINTS = {"threads": "all cores", "ranks": "1", "path": "an IDX directory, or a CSV file (.csv, .gz)",
+         "label": "the last column"}
+LABELS = {"ranks": "MPI ranks", "path": "path", "label": "label column"}
 
 
 def _number(text: str, kind: type, section: str, key: str):
@@ -61,7 +62,7 @@ class SettingsPane(Guarded, VerticalScroll):
         self.data = None  # the DatasetInfo of the dataset chosen, when it can be described
 
     def compose(self) -> ComposeResult:
-        datasets = [(n, n) for n in available_datasets()] + [("IDX directory…", IDX_DIR)]
+        datasets = [(n, n) for n in available_datasets()] + [("IDX directory or CSV file…", IDX_DIR)]
         self.dataset_names = [v for _, v in datasets]
         with Grid(id="settings-grid"):
             yield Label("dataset")
@@ -69,6 +70,8 @@ class SettingsPane(Guarded, VerticalScroll):
                          type_to_search=False)
             yield Label(LABELS["path"])
             yield Input(id="path", placeholder=HINTS["path"], compact=True, disabled=True)
+            yield Label(LABELS["label"])
+            yield Input(id="label", placeholder=HINTS["label"], compact=True, disabled=True)
             for key in ("samples", "noise", "test_ratio", "val_ratio"):
                 yield Label(key.replace("_", " "))
                 yield Input(id=key, compact=True)
@@ -93,6 +96,7 @@ class SettingsPane(Guarded, VerticalScroll):
         dataset = IDX_DIR if data.get("path") else data.get("dataset") or "quadrant"
         self.query_one("#dataset", Select).value = dataset if dataset in self.dataset_names else "quadrant"
         self.query_one("#path", Input).value = data.get("path") or ""
+        self.query_one("#label", Input).value = "" if data.get("label") is None else str(data["label"])
         for fid, (section, key, _) in NUMERIC.items():
             value = (data if section == "data" else train).get(key)
             self.query_one(f"#{fid}", Input).value = "" if value is None else str(value)
@@ -124,13 +128,18 @@ class SettingsPane(Guarded, VerticalScroll):
             text = self.query_one(f"#{fid}", Input).value.strip()
             if fid == "momentum" and train["optimizer"] != "sgd":  # adam has no momentum setting
                 continue
+            if fid == "test_ratio" and dataset not in SYNTHETIC and dataset != IDX_DIR:
+                continue  # (a named image set comes split; a CSV file is split by it)
             if text and not (fid in SYNTHETIC_ONLY and dataset not in SYNTHETIC):
                 (data if section == "data" else train)[key] = _number(text, kind, section, key)
         if dataset == IDX_DIR:
             path = self.query_one("#path", Input).value.strip()
             if not path:
-                raise ConfigError("data.path: give a directory of IDX files", field="data.path")
+                raise ConfigError("data.path: give a directory of IDX files or a CSV file", field="data.path")
             data["path"] = str(Path(path).expanduser().absolute())
+            label = self.query_one("#label", Input).value.strip()
+            if label:
+                data["label"] = label
         else:
             data["dataset"] = dataset
         cfg = RunConfig({}, data, train, source="settings")  # the same checks as a config file
@@ -139,11 +148,12 @@ class SettingsPane(Guarded, VerticalScroll):
         return ({k: v for k, v in cfg.data.items() if v != DATA_FIELDS[k][0] or k in data},
                 {k: v for k, v in cfg.train.items() if v != TRAIN_FIELDS[k][0] or k in train})
 
-    def _describe(self, data: dict):
+    def _describe(self, data: dict, train: dict):
         """The dataset's DatasetInfo; a LayerlabError (field data.path or data.dataset) if it cannot be used."""
         try:
             return describe(data.get("dataset"), data.get("path"), samples=data.get("samples", 1000),
-                            noise=data.get("noise", 0.0), test_ratio=data.get("test_ratio", 0.2))
+                            noise=data.get("noise", 0.0), test_ratio=data.get("test_ratio", 0.2),
+                            seed=train.get("seed", 0), csv={"label": data.get("label")})
         except LayerlabError as exc:
             if getattr(exc, "field", None) is None:
                 exc.field = "data.path" if data.get("path") else "data.dataset"
@@ -151,9 +161,10 @@ class SettingsPane(Guarded, VerticalScroll):
 
     def validate(self) -> bool:
         dataset = str(self.query_one("#dataset", Select).value)
-        self.query_one("#path", Input).disabled = dataset != IDX_DIR
+        self.query_one("#path", Input).disabled = self.query_one("#label", Input).disabled = dataset != IDX_DIR
         for fid in SYNTHETIC_ONLY:
             self.query_one(f"#{fid}", Input).disabled = dataset not in SYNTHETIC
+        self.query_one("#test_ratio", Input).disabled = dataset not in SYNTHETIC and dataset != IDX_DIR
         self.query_one("#momentum", Input).disabled = self.query_one("#optimizer", Select).value != "sgd"
         for widget in self.query(".error"):
             if widget.id != "settings-status":
@@ -161,9 +172,9 @@ class SettingsPane(Guarded, VerticalScroll):
         status = self.query_one("#settings-status", Static)
         data_error = None
         try:
-            data, _ = self.values()
+            data, train = self.values()
             try:
-                self.data = self._describe(data)
+                self.data = self._describe(data, train)
             except LayerlabError as exc:
                 self.data, data_error = None, str(exc)
                 raise
