@@ -35,9 +35,9 @@ from .runtime import ti
 def default_enabled() -> bool:
     """Whether train steps run as compute graphs: yes, on every backend, unless the environment variable
     LAYERLAB_GRAPHS=0 turns them off. On CUDA launches dominate small steps; on the CPU a graph's launches,
-    issued from C++ one after another, also keep Taichi's workers busier (2-core development VM, samples/s with
-    graphs against without, same rounds: net-1h batch 64 19.9k against 14.7k on cpu-parallel and 12.1k against
-    10.3k on cpu-serial; batch 256 29.2k against 26.1k; cnn64 batch 256 17.4k against 15.8k)."""
+    issued from C++ one after another, also keep Taichi's workers busier (net-1h at batch 64 on cpu-parallel
+    ran 1.35x as fast with graphs on the 2-core AMD EPYC VM; docs/LOG.md, 'figures moved out of
+    comments')."""
     return os.environ.get("LAYERLAB_GRAPHS", "").strip() != "0"
 
 

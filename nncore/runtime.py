@@ -126,9 +126,8 @@ def _cache_source_positions() -> None:
     transforms the node, whether or not an error follows, and a ``ti.static`` loop transforms its body once per
     iteration, so the CPU kernels' unrolled loops (vector lanes, register-tile rows) asked for the same text
     thousands of times. The frontend runs on every start, offline cache or not (the cache key is the kernel's
-    IR): this saved about 0.2 s of the 2.9 s to a net-1h run's first step on the development VM, when the
-    products still unrolled three register tiles each. The text is a function of the
-    function and the node's position, which is the key here.
+    IR): this saved about 0.2 s of a net-1h run's time to its first step (docs/LOG.md, 'figures moved out of
+    comments'). The text is a function of the function and the node's position, which is the key here.
     """
     from taichi.lang.ast import ast_transformer_utils as utils
 

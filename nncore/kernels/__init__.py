@@ -34,9 +34,9 @@ def chunk() -> int:
 
 
 # A call whose estimated single-thread time (ns) is below this runs its loops in place, on the calling thread:
-# handing a loop to Taichi's thread pool costs wake-up and wait (60-95 us a call on the 2-core Xeon VM; docs/LOG.md),
-# and two threads can save at most half of the work. The estimates (``sized``) are single-thread times, within
-# about 30%.
+# handing a loop to Taichi's thread pool costs wake-up and wait (60-95 us a call on the 2-core Xeon VM; docs/LOG.md,
+# '2026-11-23, evening: SGD inside the weight gradient; ...', the in-place threshold), and two threads can save
+# at most half of the work. The estimates (``sized``) are single-thread times, and only approximate.
 IN_PLACE_NS = 150_000
 
 

@@ -2,8 +2,8 @@
 
 Taichi 1.7 has no FMA operation, and its CPU JIT compiles ``acc += s * b`` to a multiply and an add that it
 never fuses (its target options fuse only ``llvm.fmuladd``, which Taichi does not emit, fast math or not). Two
-instructions per multiply-add halve the
-products' ceiling (one core of an AVX-512 Xeon: 105 GFLOP/s unfused, 207 fused; docs/LOG.md). So the
+instructions per multiply-add halve the products' ceiling (measured on one core of an AVX-512 Xeon; docs/LOG.md,
+'2026-11-23: fused multiply-adds, and the PyTorch peer in its own process'). So the
 multiply-add is an LLVM function (``fma.ll``, ``llvm.fma.v16f32``) whose bitcode (``fma.bc``, assembled from
 it with ``llvm-as``) Taichi links into each kernel that calls it, where LLVM inlines it: the accumulators stay
 in registers. Where the CPU has no FMA instruction (llvm.fma would become a library call per lane) or is not

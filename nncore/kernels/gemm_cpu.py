@@ -54,12 +54,13 @@ def _layout() -> tuple[int, int]:
     ROWS * COLS multiply-adds. AVX-512 has 32 registers of 16 floats: 8 rows x 2 strips keeps 16 accumulators
     and 10 loads per 16 fused multiply-adds, within the two loads a cycle that the two FMA units leave room
     for (16 rows x 1 strip needed 17 loads, and loads set the pace). AVX2 has 16 registers of 8 floats, so a
-    16-wide row takes two: 4 rows x 1 strip (8 registers) keeps its accumulators in registers (on AVX2, 16-row
-    tiles ran at about 60% of 6-row ones; docs/LOG.md).
+    16-wide row takes two: 4 rows x 1 strip (8 registers) keeps its accumulators in registers (16-row tiles,
+    which cannot, ran well behind 6-row ones on AVX2).
 
-    A kernel holds one register tile's code and loops over a tile's row groups at run time (unrolled groups
+    A kernel holds one register tile's code and loops over a tile's row groups at run time: unrolled groups
     gained little at run time, but the machine code that Taichi regenerates from its offline cache at every
-    start took 2.5x as long; docs/LOG.md)."""
+    start took 2.5x as long. (Both measurements: docs/LOG.md, '2026-11-23: figures moved out of comments', CPU
+    GEMM.)"""
     return LAYOUT_AVX512 if "avx512f" in runtime.cpu_flags() else LAYOUT_AVX2
 
 

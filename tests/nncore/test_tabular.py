@@ -4,10 +4,13 @@ import gzip
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nncore import tabular
 from nncore.data import load
 from nncore.errors import ConfigError, DataError
+from tests.nncore.test_fuzz_inputs import fuzz
 
 # The 41 features of the KDD Cup 99 task description, in the file's order; the label follows them.
 KDD_COLUMNS = [
@@ -242,3 +245,24 @@ def test_trains_on_a_real_table_that_scikit_learn_ships(tmp_path):
                                                  "momentum": 0.9})
     end = Trainer(cfg).run()
     assert end.test_acc >= 0.85, end.test_acc
+
+
+@fuzz(300)
+@given(body=st.one_of(st.binary(max_size=400),
+                      st.lists(st.lists(st.sampled_from(["1", "-2.5", "x", "tcp", "", " ", "nan", "1e999", '"',
+                                                          "a,b", "é", "\x00"]), min_size=1, max_size=5),
+                               max_size=12).map(lambda rows: "\n".join(",".join(r) for r in rows).encode("utf-8"))),
+       gz=st.booleans(), header=st.sampled_from(["auto", True, False]))
+def test_random_files_load_or_fail_in_one_line(tmp_path, body, gz, header):
+    """Arbitrary bytes and CSV-shaped noise, raw or gzip: a Dataset whose features are finite, or a one-line
+    DataError/ConfigError; nothing else escapes."""
+    path = tmp_path / "f.csv"
+    path.write_bytes(gzip.compress(body) if gz else body)
+    tabular._memo.clear()
+    try:
+        ds = load(None, path, csv={"header": header})
+    except (DataError, ConfigError) as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    assert np.isfinite(ds.x_train).all() and np.isfinite(ds.x_test).all()
+    assert ds.n_classes >= 2 and len(ds.y_train) >= 1 and len(ds.y_test) >= 1
