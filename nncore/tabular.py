@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError, DataError
-from .limits import INT32_MAX, check_host_memory, regular_file
+from .limits import INT32_MAX, check_host_memory, check_index, regular_file
 
 MAX_LINE = 1 << 20  # characters in one line: a longer one is refused, not read whole into memory
 MAX_COLUMNS = 65_536
@@ -152,8 +152,8 @@ def read_csv(path, *, label=None, header="auto", categorical=(), limit: int | No
         if header == "auto":
             has_header = second is not None and len(second[0]) == len(first[0]) and any(
                 not _is_number(a) and _is_number(b) for a, b in zip(first[0], second[0]))
-            if like is not None:  # a test file: a header where its first row is the training file's
-                has_header = first[0] == like.names
+            if like is not None:  # a test file: also a header where its first row is the training file's
+                has_header = has_header or first[0] == like.names
         else:
             has_header = bool(header)
         n_col = len(first[0])
@@ -377,6 +377,10 @@ def load_csv(path, *, test_path=None, test_ratio: float = 0.2, seed: int = 0, la
         n_test = min(max(1, int(round(n * test_ratio))), n - 1)
         test_rows, train_rows, t_table = np.sort(order[:n_test]), np.sort(order[n_test:]), table
     tr, te, meta = encode(table, train_rows, (t_table, test_rows))
+    try:
+        check_index(max(len(tr.y), len(te.y)) * tr.x.shape[1], f"{path}: rows x {tr.x.shape[1]} features")
+    except ConfigError as exc:
+        raise DataError(str(exc)) from None
     notes = [f"{Path(path).name}: {len(tr.y):,} training and {len(te.y):,} test rows, {tr.x.shape[1]} features "
              f"({sum(table.numeric)} numeric standardised, the rest one-hot), label column "
              f"{meta['label']!r}: classes " + ", ".join(f"{i} = {c}" for i, c in enumerate(meta["classes"]))]
