@@ -218,6 +218,7 @@ def _archs() -> int:
 
 def _config(args):
     from nncore.config import load_config
+    from nncore.data import is_table
 
     cfg = load_config(args.config)
     cfg = cfg.override("train", arch=args.arch, threads=args.threads, epochs=args.epochs, batch_size=args.batch_size,
@@ -229,6 +230,9 @@ def _config(args):
             cfg.data["path"] = None
         else:
             cfg.data["dataset"] = None
+    if (args.test_data or args.label is not None) and not is_table(cfg.data["path"]):
+        raise ConfigError(f"{'--test-data' if args.test_data else '--label'} applies to a CSV file given with --data "
+                          "(or a config's data.path)")
     return cfg.override("data", limit=args.limit, test_path=args.test_data, label=args.label)
 
 

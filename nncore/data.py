@@ -267,7 +267,8 @@ def is_table(path) -> bool:
     if path is None:
         return False
     if not os.path.lexists(path):
-        raise DataError(f"{path}: no such file or directory (give a directory of IDX files or a CSV file)")
+        rel = "" if os.path.isabs(path) else f", from {os.getcwd()}"
+        raise DataError(f"{path}: no such file or directory{rel} (give a directory of IDX files or a CSV file)")
     return not Path(path).is_dir()
 
 

@@ -105,21 +105,21 @@ def _rows(path: Path, text, state: dict):
             yield [v.strip() for v in row], start
 
 
-def _column_index(spec, names: list[str], has_header: bool, what: str) -> int:
+def _column_index(spec, names: list[str], has_header: bool, what: str, path: Path) -> int:
     """A column given by name or index (negative from the end) as its index; ConfigError naming ``what``."""
     n = len(names)
     if isinstance(spec, str) and not (has_header and spec in names) and spec.lstrip("-").isdigit():
         spec = int(spec)  # (from the command line: a number is an index unless a column has that name)
     if isinstance(spec, int) and not isinstance(spec, bool):
         if not -n <= spec < n:
-            raise ConfigError(f"{what} {spec} is outside the file's {n} columns (0 to {n - 1}, or -1 for the last)",
+            raise ConfigError(f"{what} {spec} is outside {path}'s {n} columns (0 to {n - 1}, or -1 for the last)",
                               field=what)
         return spec % n
     if not has_header:
-        raise ConfigError(f"{what} {spec!r}: the file has no header row to find it in; give the column's index",
+        raise ConfigError(f"{what} {spec!r}: {path} has no header row to find it in; give the column's index",
                           field=what)
     if spec not in names:
-        raise ConfigError(f"{what} {spec!r} is not a column of the file (its columns: "
+        raise ConfigError(f"{what} {spec!r} is not a column of {path} (its columns: "
                           f"{', '.join(names[:8])}{', ...' if n > 8 else ''})", field=what)
     return names.index(spec)
 
@@ -157,7 +157,7 @@ def read_csv(path, *, label=None, header="auto", categorical=(), limit: int | No
         else:
             has_header = bool(header)
         n_col = len(first[0])
-        names = first[0] if has_header else [str(i + 1) for i in range(n_col)]
+        names = first[0] if has_header else [str(i) for i in range(n_col)]  # (as the indices data.label takes)
         if has_header and len(set(names)) != n_col:
             dup = next(v for v in names if names.count(v) > 1)
             raise DataError(f"{path}:{first[1]}: column {dup!r} appears twice in the header")
@@ -171,8 +171,8 @@ def read_csv(path, *, label=None, header="auto", categorical=(), limit: int | No
             lab, numeric = like.label, like.numeric
             cats = [dict(c) for c in like.cats]  # new words get codes past training's (unseen: all zeros)
         else:
-            lab = _column_index(-1 if label is None else label, names, has_header, "data.label")
-            forced = {_column_index(c, names, has_header, "data.categorical") for c in (categorical or ())}
+            lab = _column_index(-1 if label is None else label, names, has_header, "data.label", path)
+            forced = {_column_index(c, names, has_header, "data.categorical", path) for c in (categorical or ())}
             numeric = [i != lab and i not in forced and _is_number(v) for i, v in enumerate(pending[0][0])]
             cats = [{} for _ in range(n_col)]
         table = Table(str(path), names, lab, numeric)
@@ -282,8 +282,8 @@ def encode(table: Table, train_rows: np.ndarray, test: tuple[Table, np.ndarray])
     lab = table.label
     t_table, t_rows = test
     word_of = [{c: w for w, c in d.items()} for d in t_table.cats]  # test codes cover training's and new words
-    labels_seen = {word_of[lab][c] for c in np.unique(table.columns[lab][train_rows])}
-    labels_seen |= {word_of[lab][c] for c in np.unique(t_table.columns[lab][t_rows])}
+    train_labels = {word_of[lab][c] for c in np.unique(table.columns[lab][train_rows])}
+    labels_seen = train_labels | {word_of[lab][c] for c in np.unique(t_table.columns[lab][t_rows])}
     classes = _class_order(labels_seen)
     if len(classes) < 2:
         raise DataError(f"{table.path}: one label ({classes[0] if classes else 'none'}) in column "
@@ -332,7 +332,8 @@ def encode(table: Table, train_rows: np.ndarray, test: tuple[Table, np.ndarray])
         out.append(x)
     to_class = lambda tbl, rows: np.array([class_of[word_of[lab][c]] for c in tbl.columns[lab][rows]],  # noqa: E731
                                           np.int32).reshape(-1)
-    meta = {"classes": classes, "features": features, "label": table.names[lab], "encoding": encoding}
+    meta = {"classes": classes, "features": features, "label": table.names[lab], "encoding": encoding,
+            "train_classes": sorted(train_labels)}
     return (Encoded(out[0], to_class(table, train_rows)), Encoded(out[1], to_class(t_table, t_rows), unseen), meta)
 
 
@@ -342,7 +343,8 @@ def options(data: dict) -> dict:
             "categorical": data.get("categorical") or (), "limit": data.get("limit")}
 
 
-_memo: dict = {}  # the last file loaded (key: paths, their sizes and times, options) -> Dataset
+_memo: dict = {}  # the last few loads (key: ``_key``) -> a Dataset, or the LayerlabError the load raised
+MEMO = 3
 
 
 def _stamp(path) -> tuple:
@@ -353,26 +355,54 @@ def _stamp(path) -> tuple:
     return (str(path), st.st_size, st.st_mtime_ns)
 
 
+def _key(path, test_path=None, test_ratio: float = 0.2, seed: int = 0, label=None, header="auto", categorical=(),
+         limit: int | None = None) -> tuple:
+    return (_stamp(path), _stamp(test_path) if test_path else None, test_ratio, seed, label, header,
+            tuple(categorical or ()), limit)
+
+
+def is_loaded(path, **options) -> bool:
+    """Whether ``load_csv(path, **options)`` would answer from memory (a Dataset, or its error)."""
+    return _key(path, **options) in _memo
+
+
 def load_csv(path, *, test_path=None, test_ratio: float = 0.2, seed: int = 0, label=None, header="auto",
              categorical=(), limit: int | None = None):
     """A Dataset from a CSV file (see the module's docstring): the test split from ``test_path``, else
     ``test_ratio`` of the rows chosen by ``seed``. Notes for the user (the classes' order, unseen categories)
-    are in the Dataset's ``meta["notes"]``. The last load is kept, so checking a run and starting it read the
-    file once."""
+    are in the Dataset's ``meta["notes"]``. The last few loads (and their errors) are kept, so checking a run
+    and starting it read the file once, and the app can read it in the background."""
+    from .errors import LayerlabError
+
+    key = _key(path, test_path, test_ratio, seed, label, header, categorical, limit)
+    if key in _memo:
+        got = _memo[key]
+        if isinstance(got, LayerlabError):
+            raise got
+        return got
+    try:
+        ds = _load_csv(path, test_path, test_ratio, seed, label, header, categorical, limit)
+    except LayerlabError as exc:
+        ds = exc
+    while len(_memo) >= MEMO:
+        _memo.pop(next(iter(_memo)))
+    _memo[key] = ds
+    if isinstance(ds, LayerlabError):
+        raise ds
+    return ds
+
+
+def _load_csv(path, test_path, test_ratio, seed, label, header, categorical, limit):
     from .data import Dataset
 
-    key = (_stamp(path), _stamp(test_path) if test_path else None, test_ratio, seed, label, header,
-           tuple(categorical or ()), limit)
-    if key in _memo:
-        return _memo[key]
     table = read_csv(path, label=label, header=header, categorical=categorical, limit=limit)
     n = len(table.lines)
+    if n < 2:  # (one row: a header alone, or a single record; "auto" cannot tell them apart)
+        raise DataError(f"{path}: one row only (a header, or a single record); training needs at least two")
     if test_path:
         test = read_csv(test_path, header=header, limit=limit, like=table)
         train_rows, test_rows, t_table = np.arange(n), np.arange(len(test.lines)), test
     else:
-        if n < 2:
-            raise DataError(f"{path}: {n} data row(s); a train/test split needs at least two (or give a test file)")
         order = np.random.default_rng(seed).permutation(n)
         n_test = min(max(1, int(round(n * test_ratio))), n - 1)
         test_rows, train_rows, t_table = np.sort(order[:n_test]), np.sort(order[n_test:]), table
@@ -384,11 +414,11 @@ def load_csv(path, *, test_path=None, test_ratio: float = 0.2, seed: int = 0, la
     notes = [f"{Path(path).name}: {len(tr.y):,} training and {len(te.y):,} test rows, {tr.x.shape[1]} features "
              f"({sum(table.numeric)} numeric standardised, the rest one-hot), label column "
              f"{meta['label']!r}: classes " + ", ".join(f"{i} = {c}" for i, c in enumerate(meta["classes"]))]
+    test_only = [c for c in meta["classes"] if c not in meta["train_classes"]]
+    if test_only:
+        notes.append(f"labels in the test rows only (classes the network is never trained on): {', '.join(test_only)}")
     if te.unseen:
         notes.append("test rows with categories training never saw, encoded as all zeros: "
                      + ", ".join(f"{name} {count:,}" for name, count in te.unseen.items()))
     meta["notes"], meta["unseen"] = notes, te.unseen
-    ds = Dataset(Path(path).name, tr.x, tr.y, te.x, te.y, n_classes=len(meta["classes"]), meta=meta)
-    _memo.clear()
-    _memo[key] = ds
-    return ds
+    return Dataset(Path(path).name, tr.x, tr.y, te.x, te.y, n_classes=len(meta["classes"]), meta=meta)

@@ -18,7 +18,7 @@ from textual.widgets import Button, Header, Input, Select, TabbedContent, TabPan
 from nncore import paths
 from tui import compat  # noqa: F401 (fixes to Textual, before anything is built)
 from nncore.config import RunConfig, check_run, load_config, preset_configs
-from nncore.errors import ConfigError, LayerlabError
+from nncore.errors import ConfigError, DataError, LayerlabError
 from nncore.fileio import write_atomic
 from nncore.runscli import export_text
 from nncore.runtime import available_archs
@@ -41,6 +41,25 @@ DEFAULT_CONFIG = "quadrant"
 HOME = {"model": "#layers", "settings": "#dataset", "train": "#start", "runs": "#runs-table",
         "analysis": "#sweep-run"}  # where focus goes when a view is shown
 RUN_ACTIONS = ("start", "pause", "step", "stop")
+
+
+def _about_data(err) -> bool:
+    """Whether a config's check failed on its data (the file, or the network's fit to it), not on itself."""
+    return isinstance(err, DataError) or (getattr(err, "field", None) or "").startswith("data.") or \
+        "dataset" in str(err)
+
+
+def _model_checks(model: dict) -> bool:
+    """Whether the network itself is valid (its input taken as one feature where the data would give it)."""
+    from nncore.network import check_spec
+
+    try:
+        check_spec({**model, "input": model.get("input", [1])})
+    except LayerlabError:
+        return "input" not in model  # (a first layer that needs an image input is checked once data fits)
+    except Exception:  # noqa: BLE001 -- a malformed table: not opened
+        return False
+    return True
 
 
 class LayerlabApp(GuardedApp):
@@ -125,10 +144,19 @@ class LayerlabApp(GuardedApp):
             return True
         try:
             cfg = load_config(name)
-            check_run(cfg)
         except LayerlabError as err:
             self.notify(f"not opened: {err}", severity="error", timeout=20, markup=False)
             return False
+        try:
+            check_run(cfg)
+        except LayerlabError as err:
+            # A config whose data is missing or does not fit yet (a preset naming a file the user brings, an
+            # output width for another class count) opens, with the reason marked where it is fixed; any other
+            # fault is refused as the CLI would.
+            if not _about_data(err) or not _model_checks(cfg.model):
+                self.notify(f"not opened: {err}", severity="error", timeout=20, markup=False)
+                return False
+            self.notify(f"opened; it cannot train yet: {err}", severity="warning", timeout=12, markup=False)
         self.draft = Draft.from_model(cfg.model, Path(cfg.source).stem)
         self.query_one(ModelPane).load_draft(self.draft, self.draft.name if self.draft.name in preset_configs()
                                              else None)

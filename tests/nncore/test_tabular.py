@@ -130,9 +130,9 @@ def test_label_by_name_or_index_and_separate_test_file(tmp_path, rng):
     for ds in (by_name, by_index):
         np.testing.assert_allclose(ds.x_test, xs["test"], rtol=1e-6, atol=1e-6)
         np.testing.assert_array_equal(ds.y_train, ys["train"])
-    with pytest.raises(ConfigError, match="data.label 'lable' is not a column"):
+    with pytest.raises(ConfigError, match=r"data.label 'lable' is not a column of .*train.csv"):
         load(None, train, csv={"label": "lable"})
-    with pytest.raises(ConfigError, match="data.label 42 is outside the file's 42 columns"):
+    with pytest.raises(ConfigError, match=r"data.label 42 is outside .*train.csv's 42 columns"):
         load(None, train, csv={"label": 42})
 
 
@@ -144,21 +144,21 @@ def test_unseen_test_category_is_all_zeros_and_counted(tmp_path, rng):
     train = write_csv(tmp_path / "train.csv", rows)
     test = write_csv(tmp_path / "test.csv", test_rows)
     ds = load(None, train, csv={"test_path": str(test)})
-    svc = [i for i, f in enumerate(ds.meta["features"]) if f.startswith("3=")]
+    svc = [i for i, f in enumerate(ds.meta["features"]) if f.startswith("2=")]
     assert len(svc) == len({r[2] for r in rows})
     assert (ds.x_test[:3][:, svc] == 0).all() and (ds.x_test[3:][:, svc].sum(axis=1) == 1).all()
-    assert ds.meta["unseen"] == {"3": 3}
-    assert any("never saw, encoded as all zeros: 3 3" in n for n in ds.meta["notes"])
+    assert ds.meta["unseen"] == {"2": 3}  # (no header: columns are named by their index)
+    assert any("never saw, encoded as all zeros: 2 3" in n for n in ds.meta["notes"])
 
 
 @pytest.mark.parametrize("text,culprit", [
     ("", "empty (no header and no rows)"),
     ("\n\n", "empty (no header and no rows)"),
-    ("a,b,label\n", "1 data row(s); a train/test split needs at least two"),  # (header or row: cannot tell)
-    ("a,b,label\n\n", "1 data row(s)"),
+    ("a,b,label\n", "one row only (a header, or a single record)"),  # ("auto" cannot tell which)
+    ("a,b,label\n\n", "one row only"),
     ("1,2,x\n3,4,y\n5,6\n", ":3: 2 fields, expected 3"),
-    ("1,2,x\n3,4,y\n5,abc,x\n", ":3: column '2' holds 'abc', not a finite number"),
-    ("1,2,x\n3,4,y\n5,nan,x\n", ":3: column '2' holds 'nan', not a finite number"),
+    ("1,2,x\n3,4,y\n5,abc,x\n", ":3: column '1' holds 'abc', not a finite number"),
+    ("1,2,x\n3,4,y\n5,nan,x\n", ":3: column '1' holds 'nan', not a finite number"),
     ("1,2,x\n1,2,x\n", "one label (x)"),
     ("x\ny\n", "no feature columns besides the label"),
     ('1,2,x\n3,4,y\n5,"6,x\n7,8,y\n', ":3: 2 fields, expected 3"),  # an open quote runs to the end
@@ -266,3 +266,37 @@ def test_random_files_load_or_fail_in_one_line(tmp_path, body, gz, header):
         return
     assert np.isfinite(ds.x_train).all() and np.isfinite(ds.x_test).all()
     assert ds.n_classes >= 2 and len(ds.y_train) >= 1 and len(ds.y_test) >= 1
+
+
+def test_a_header_alone_is_refused_even_with_a_test_file(tmp_path, rng):
+    rows, _ = kdd_rows(30, rng)
+    head = write_csv(tmp_path / "head.csv", [], KDD_COLUMNS + ["label"])
+    test = write_csv(tmp_path / "test.csv", rows, KDD_COLUMNS + ["label"])
+    with pytest.raises(DataError, match=r"head.csv: one row only"):
+        load(None, head, csv={"test_path": str(test)})
+
+
+def test_labels_only_in_the_test_rows_are_noted(tmp_path, rng):
+    rows, _ = kdd_rows(60, rng)
+    test_rows, _ = kdd_rows(10, rng)
+    test_rows[0][-1] = "unheard_of."
+    ds = load(None, write_csv(tmp_path / "a.csv", rows), csv={"test_path": str(write_csv(tmp_path / "b.csv", test_rows))})
+    assert "unheard_of." in ds.meta["classes"] and "unheard_of." not in ds.meta["train_classes"]
+    assert any("labels in the test rows only" in n and "unheard_of." in n for n in ds.meta["notes"])
+
+
+def test_a_file_is_read_once_for_several_checks_and_errors_are_kept(tmp_path, rng, monkeypatch):
+    """Checking a run and starting it (and the app's checks as a user types) read a file once per options;
+    a file that fails is not read again either."""
+    rows, _ = kdd_rows(50, rng)
+    good = write_csv(tmp_path / "good.csv", rows)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("1,2,x\n3,abc,y\n")
+    reads = []
+    real = tabular.read_csv
+    monkeypatch.setattr(tabular, "read_csv", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    for _ in range(3):
+        load(None, good)
+        with pytest.raises(DataError, match=":2: column '1' holds 'abc'"):
+            load(None, bad)
+    assert tabular.is_loaded(good) and reads == [good, bad]

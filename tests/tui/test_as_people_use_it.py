@@ -458,3 +458,49 @@ async def test_the_palette_offers_our_quit_and_help_not_textuals(fixed_env):
         commands = {c.title: c.help for c in app.get_system_commands(app.screen)}
         assert "Keys" not in commands and "stopped cleanly" in commands["Quit"]
         assert str(app.save_dir) in commands["Screenshot"]
+
+
+async def test_a_csv_file_is_read_in_the_background_and_fed_to_the_model_view(fixed_env, tmp_path, rng):
+    """Typing a CSV file's path: while it is read (in a thread: the form stays live) the status says so and
+    training stays off; then its width and classes reach the Model view, which marks the network that does not
+    fit them, and a label column typed after is answered from the file read once per label."""
+    from nncore import tabular
+    from tests.nncore.test_tabular import KDD_COLUMNS, kdd_rows, write_csv
+
+    rows, _ = kdd_rows(400, rng)
+    path = write_csv(tmp_path / "kdd.csv", rows, KDD_COLUMNS + ["label"])
+    tabular._memo.clear()
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        app.query_one("#dataset", Select).value = "idx"
+        await pilot.pause()
+        app.query_one("#path", Input).focus()
+        await type_keys(pilot, list(str(path)))
+        pane = app.query_one("#settings-pane")
+        await wait_for(pilot, lambda: pane.data is not None, 30)
+        ds = tabular.load_csv(str(path))
+        assert pane.data.input_shape == ds.input_shape and pane.data.n_classes == ds.n_classes
+        assert "✓ settings are valid; kdd.csv" in screen_text(app)
+        model = app.query_one("#model-pane")
+        assert model.data is pane.data  # the Model view checks the network against the file
+        assert app.query_one("#start", Button).disabled  # quadrant's 2-input network does not fit
+        app.query_one("#label", Input).focus()
+        await type_keys(pilot, list("protocol_type"))
+        await wait_for(pilot, lambda: pane.data is not None and pane.data.n_classes == 3, 30)
+        assert app.is_running
+
+
+async def test_a_preset_whose_data_file_is_missing_opens_with_the_reason(fixed_env, tmp_path, monkeypatch):
+    """The KDD presets name a file the user brings: where it is missing they open, the path marked with the
+    reason, training off; the CLI refuses the same config with the same reason."""
+    monkeypatch.chdir(tmp_path)
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.open_config("kdd-net-1h")
+        await pilot.pause()
+        assert app.draft.name == "kdd-net-1h"
+        assert "opened; it cannot train yet: kddcup.data_10_percent.gz: no such file" in said(app)
+        pane = app.query_one("#settings-pane")
+        assert "no such file or directory" in pane.error and app.query_one("#path", Input).has_class("error")
+        assert app.query_one("#start", Button).disabled

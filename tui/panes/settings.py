@@ -16,7 +16,8 @@ from textual.message import Message
 from textual.widgets import Input, Label, RadioButton, RadioSet, Select, Static
 
 from nncore.config import DATA_FIELDS, TRAIN_FIELDS, RunConfig
-from nncore.data import SYNTHETIC, available_datasets, describe
+from nncore import tabular
+from nncore.data import SYNTHETIC, available_datasets, describe, is_table
 from nncore.distributed import mpi_missing
 from nncore.errors import ConfigError, LayerlabError
 from nncore.runtime import available_archs
@@ -31,7 +32,7 @@ NUMERIC = {  # field id -> (section, key, type)
     "seed": ("train", "seed", int), "threads": ("train", "threads", int), "ranks": ("train", "ranks", int),
 }
 SYNTHETIC_ONLY = ("samples", "noise")
-HINTS = {"threads": "all cores", "ranks": "1", "path": "an IDX directory, or a CSV file (.csv, .gz)",
+HINTS = {"threads": "all cores", "ranks": "1", "path": "IDX dir or CSV file",
          "label": "the last column"}
 LABELS = {"ranks": "MPI ranks", "path": "path", "label": "label column"}
 
@@ -62,7 +63,7 @@ class SettingsPane(Guarded, VerticalScroll):
         self.data = None  # the DatasetInfo of the dataset chosen, when it can be described
 
     def compose(self) -> ComposeResult:
-        datasets = [(n, n) for n in available_datasets()] + [("IDX directory or CSV file…", IDX_DIR)]
+        datasets = [(n, n) for n in available_datasets()] + [("IDX dir or CSV file…", IDX_DIR)]
         self.dataset_names = [v for _, v in datasets]
         with Grid(id="settings-grid"):
             yield Label("dataset")
@@ -149,15 +150,32 @@ class SettingsPane(Guarded, VerticalScroll):
                 {k: v for k, v in cfg.train.items() if v != TRAIN_FIELDS[k][0] or k in train})
 
     def _describe(self, data: dict, train: dict):
-        """The dataset's DatasetInfo; a LayerlabError (field data.path or data.dataset) if it cannot be used."""
+        """The dataset's DatasetInfo; a LayerlabError (field data.path or data.dataset) if it cannot be used;
+        None while a CSV file is read in the background (``_read_table``), after which the form is checked again."""
         try:
-            return describe(data.get("dataset"), data.get("path"), samples=data.get("samples", 1000),
-                            noise=data.get("noise", 0.0), test_ratio=data.get("test_ratio", 0.2),
-                            seed=train.get("seed", 0), csv={"label": data.get("label")})
+            path, options = data.get("path"), {"test_ratio": data.get("test_ratio", 0.2), "seed": train.get("seed", 0),
+                                                "label": data.get("label")}
+            if is_table(path) and not tabular.is_loaded(path, **options):
+                self._read_table(path, options)
+                return None
+            return describe(data.get("dataset"), path, samples=data.get("samples", 1000),
+                            noise=data.get("noise", 0.0), test_ratio=options["test_ratio"], seed=options["seed"],
+                            csv={"label": options["label"]})
         except LayerlabError as exc:
             if getattr(exc, "field", None) is None:
                 exc.field = "data.path" if data.get("path") else "data.dataset"
             raise
+
+    def _read_table(self, path: str, options: dict) -> None:
+        """Read a CSV file in a thread (a large one takes seconds; the form stays live), then check again."""
+        def read() -> None:
+            try:
+                tabular.load_csv(path, **options)
+            except LayerlabError:
+                pass  # kept with the load: the check below shows it
+            self.app.call_from_thread(self.validate)
+
+        self.run_worker(read, thread=True, exclusive=True, group="read-table")
 
     def validate(self) -> bool:
         dataset = str(self.query_one("#dataset", Select).value)
@@ -178,6 +196,12 @@ class SettingsPane(Guarded, VerticalScroll):
             except LayerlabError as exc:
                 self.data, data_error = None, str(exc)
                 raise
+            if self.data is None:  # a CSV file being read
+                self.error = f"reading {Path(data['path']).name}…"
+                status.update(f"… {self.error}")
+                status.remove_class("error")
+                self.post_message(self.Changed(False, None, self.error))
+                return False
         except LayerlabError as err:
             self.error = str(err).removeprefix("settings: ")
             field = (getattr(err, "field", None) or "").split(".")[-1]
