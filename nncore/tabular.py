@@ -22,7 +22,7 @@ import math
 import os
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +45,9 @@ class Table:
     """A CSV file's rows as columns: numbers as float64, words as codes into their first-seen categories."""
 
     path: str
-    names: list[str]  # every column's name (its 1-based position where the file has no header)
-    label: int  # the label column's index
+    names: list[str]  # every column's name (its index where the file has no header)
+    has_header: bool
+    label: int  # the label column's index (the last until ``_load_csv`` picks it)
     numeric: list[bool]  # per column: numbers (else words)
     columns: list = field(default_factory=list)  # per column: float64 array, or int32 codes into cats[i]
     cats: list = field(default_factory=list)  # per column: {word: code} (empty for numbers)
@@ -124,10 +125,9 @@ def _column_index(spec, names: list[str], has_header: bool, what: str, path: Pat
     return names.index(spec)
 
 
-def read_csv(path, *, label=None, header="auto", categorical=(), limit: int | None = None,
-             like: Table | None = None) -> Table:
-    """The rows of a CSV file (plain or gzip) as a Table. ``label``: the label column by name or index
-    (default: the last). ``header``: "auto" (the first row is a header where one of its fields is a word in a
+def read_csv(path, *, header="auto", categorical=(), limit: int | None = None, like: Table | None = None) -> Table:
+    """The rows of a CSV file (plain or gzip) as a Table (whichever column is the label: ``_load_csv`` picks
+    it, so a new label column reads nothing again). ``header``: "auto" (the first row is a header where one of its fields is a word in a
     column whose next row holds a number), True or False. ``categorical``: columns (names or indices) to
     one-hot even where they hold numbers. ``limit``: read at most this many rows. ``like``: the training
     file's Table, whose columns, kinds and categories a test file must follow."""
@@ -171,11 +171,11 @@ def read_csv(path, *, label=None, header="auto", categorical=(), limit: int | No
             lab, numeric = like.label, like.numeric
             cats = [dict(c) for c in like.cats]  # new words get codes past training's (unseen: all zeros)
         else:
-            lab = _column_index(-1 if label is None else label, names, has_header, "data.label", path)
+            lab = n_col - 1
             forced = {_column_index(c, names, has_header, "data.categorical", path) for c in (categorical or ())}
-            numeric = [i != lab and i not in forced and _is_number(v) for i, v in enumerate(pending[0][0])]
+            numeric = [i not in forced and _is_number(v) for i, v in enumerate(pending[0][0])]
             cats = [{} for _ in range(n_col)]
-        table = Table(str(path), names, lab, numeric)
+        table = Table(str(path), names, has_header, lab, numeric)
         chunks: list[list] = [[] for _ in range(n_col)]
         line_chunks, n_rows = [], 0
         width = sum(numeric)
@@ -259,6 +259,16 @@ def _numbers(path: Path, name: str, values, lines: np.ndarray, first_line: int) 
     raise DataError(f"{path}: column {name!r} could not be read as numbers")  # (not reached)
 
 
+def _labels(table: Table, rows: np.ndarray, word_of: dict) -> np.ndarray:
+    """The label column's values at ``rows`` as strings; numbers written alike ("1", "1.0": "1")."""
+    col = table.columns[table.label][rows]
+    if table.numeric[table.label]:
+        return np.array([np.format_float_positional(v, trim="-") for v in col.tolist()], dtype=object)
+    words = [word_of[c] for c in col.tolist()]
+    return np.array([np.format_float_positional(float(w), trim="-") if _is_number(w) else w for w in words],
+                    dtype=object)
+
+
 def _class_order(labels) -> list[str]:
     try:
         return sorted(labels, key=lambda v: (float(v), v))
@@ -282,8 +292,9 @@ def encode(table: Table, train_rows: np.ndarray, test: tuple[Table, np.ndarray])
     lab = table.label
     t_table, t_rows = test
     word_of = [{c: w for w, c in d.items()} for d in t_table.cats]  # test codes cover training's and new words
-    train_labels = {word_of[lab][c] for c in np.unique(table.columns[lab][train_rows])}
-    labels_seen = train_labels | {word_of[lab][c] for c in np.unique(t_table.columns[lab][t_rows])}
+    train_y, test_y = _labels(table, train_rows, word_of[lab]), _labels(t_table, t_rows, word_of[lab])
+    train_labels = set(np.unique(train_y).tolist())
+    labels_seen = train_labels | set(np.unique(test_y).tolist())
     classes = _class_order(labels_seen)
     if len(classes) < 2:
         raise DataError(f"{table.path}: one label ({classes[0] if classes else 'none'}) in column "
@@ -330,11 +341,10 @@ def encode(table: Table, train_rows: np.ndarray, test: tuple[Table, np.ndarray])
                 unseen[name] = int((~hit).sum())
             at += len(words)
         out.append(x)
-    to_class = lambda tbl, rows: np.array([class_of[word_of[lab][c]] for c in tbl.columns[lab][rows]],  # noqa: E731
-                                          np.int32).reshape(-1)
+    to_class = lambda words: np.array([class_of[w] for w in words], np.int32).reshape(-1)  # noqa: E731
     meta = {"classes": classes, "features": features, "label": table.names[lab], "encoding": encoding,
             "train_classes": sorted(train_labels)}
-    return (Encoded(out[0], to_class(table, train_rows)), Encoded(out[1], to_class(t_table, t_rows), unseen), meta)
+    return (Encoded(out[0], to_class(train_y)), Encoded(out[1], to_class(test_y), unseen), meta)
 
 
 def options(data: dict) -> dict:
@@ -344,6 +354,7 @@ def options(data: dict) -> dict:
 
 
 _memo: dict = {}  # the last few loads (key: ``_key``) -> a Dataset, or the LayerlabError the load raised
+_tables: dict = {}  # the last few files read (a label column picked later reads nothing again)
 MEMO = 3
 
 
@@ -359,6 +370,12 @@ def _key(path, test_path=None, test_ratio: float = 0.2, seed: int = 0, label=Non
          limit: int | None = None) -> tuple:
     return (_stamp(path), _stamp(test_path) if test_path else None, test_ratio, seed, label, header,
             tuple(categorical or ()), limit)
+
+
+def forget() -> None:
+    """Drop what is kept of earlier loads (tests; a file changed in place keeps its size and time)."""
+    _memo.clear()
+    _tables.clear()
 
 
 def is_loaded(path, **options) -> bool:
@@ -395,12 +412,20 @@ def load_csv(path, *, test_path=None, test_ratio: float = 0.2, seed: int = 0, la
 def _load_csv(path, test_path, test_ratio, seed, label, header, categorical, limit):
     from .data import Dataset
 
-    table = read_csv(path, label=label, header=header, categorical=categorical, limit=limit)
+    tkey = (_stamp(path), header, tuple(categorical or ()), limit)
+    table = _tables.get(tkey)
+    if table is None:
+        table = read_csv(path, header=header, categorical=categorical, limit=limit)
+        while len(_tables) >= MEMO:
+            _tables.pop(next(iter(_tables)))
+        _tables[tkey] = table
+    lab = _column_index(-1 if label is None else label, table.names, table.has_header, "data.label", Path(path))
+    table = replace(table, label=lab)
     n = len(table.lines)
     if n < 2:  # (one row: a header alone, or a single record; "auto" cannot tell them apart)
         raise DataError(f"{path}: one row only (a header, or a single record); training needs at least two")
     if test_path:
-        test = read_csv(test_path, header=header, limit=limit, like=table)
+        test = replace(read_csv(test_path, header=header, limit=limit, like=table), label=lab)
         train_rows, test_rows, t_table = np.arange(n), np.arange(len(test.lines)), test
     else:
         order = np.random.default_rng(seed).permutation(n)

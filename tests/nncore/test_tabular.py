@@ -91,9 +91,9 @@ def reference(rows, train_idx, test_idx, label_col):
 
 @pytest.fixture(autouse=True)
 def _fresh():
-    tabular._memo.clear()
+    tabular.forget()
     yield
-    tabular._memo.clear()
+    tabular.forget()
 
 
 @pytest.mark.parametrize("header,gz", [(True, False), (False, True)], ids=["header", "no-header-gz"])
@@ -258,7 +258,7 @@ def test_random_files_load_or_fail_in_one_line(tmp_path, body, gz, header):
     DataError/ConfigError; nothing else escapes."""
     path = tmp_path / "f.csv"
     path.write_bytes(gzip.compress(body) if gz else body)
-    tabular._memo.clear()
+    tabular.forget()
     try:
         ds = load(None, path, csv={"header": header})
     except (DataError, ConfigError) as exc:
@@ -300,3 +300,4 @@ def test_a_file_is_read_once_for_several_checks_and_errors_are_kept(tmp_path, rn
         with pytest.raises(DataError, match=":2: column '1' holds 'abc'"):
             load(None, bad)
     assert tabular.is_loaded(good) and reads == [good, bad]
+    assert load(None, good, csv={"label": 1}).n_classes == 3 and reads == [good, bad]  # a new label: no new read

@@ -469,7 +469,7 @@ async def test_a_csv_file_is_read_in_the_background_and_fed_to_the_model_view(fi
 
     rows, _ = kdd_rows(400, rng)
     path = write_csv(tmp_path / "kdd.csv", rows, KDD_COLUMNS + ["label"])
-    tabular._memo.clear()
+    tabular.forget()
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("2")

@@ -61,6 +61,7 @@ class SettingsPane(Guarded, VerticalScroll):
         self.archs = available_archs()
         self.error: str | None = None
         self.data = None  # the DatasetInfo of the dataset chosen, when it can be described
+        self._want, self._reading, self._read_timer = None, False, None  # a CSV file to read (_read_table)
 
     def compose(self) -> ComposeResult:
         datasets = [(n, n) for n in available_datasets()] + [("IDX dir or CSV file…", IDX_DIR)]
@@ -167,15 +168,34 @@ class SettingsPane(Guarded, VerticalScroll):
             raise
 
     def _read_table(self, path: str, options: dict) -> None:
-        """Read a CSV file in a thread (a large one takes seconds; the form stays live), then check again."""
+        """Read a CSV file in a thread (a large one takes seconds; the form stays live), once the path and label
+        have stood still for a moment, one read at a time; then check the form again."""
+        self._want = (path, options)
+        if self._reading:
+            return  # the read under way checks again when it ends
+        if self._read_timer is not None:
+            self._read_timer.stop()
+        self._read_timer = self.set_timer(0.4, self._start_read)
+
+    def _start_read(self) -> None:
+        self._read_timer = None
+        if self._want is None or self._reading:
+            return
+        path, options = self._want
+        self._reading = True
+
         def read() -> None:
             try:
                 tabular.load_csv(path, **options)
             except LayerlabError:
-                pass  # kept with the load: the check below shows it
-            self.app.call_from_thread(self.validate)
+                pass  # kept with the load: the check that follows shows it
+            self.app.call_from_thread(self._read_done)
 
-        self.run_worker(read, thread=True, exclusive=True, group="read-table")
+        self.run_worker(read, thread=True, group="read-table")
+
+    def _read_done(self) -> None:
+        self._reading = False
+        self.validate()
 
     def validate(self) -> bool:
         dataset = str(self.query_one("#dataset", Select).value)
