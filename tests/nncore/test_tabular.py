@@ -301,3 +301,18 @@ def test_a_file_is_read_once_for_several_checks_and_errors_are_kept(tmp_path, rn
             load(None, bad)
     assert tabular.is_loaded(good) and reads == [good, bad]
     assert load(None, good, csv={"label": 1}).n_classes == 3 and reads == [good, bad]  # a new label: no new read
+
+
+@pytest.mark.parametrize("text,culprit", [
+    ("", "empty (no header and no rows)"),
+    ("1,2,x\n3,4,y\n5,abc,x\n", ":3: column '1' holds 'abc'"),
+    (",".join(f"c{i}" for i in range(tabular.MAX_COLUMNS + 1)) + "\n", ":1: 65,537 columns, more than"),
+])
+def test_the_cli_gives_one_line_and_exit_2(tmp_path, capsys, text, culprit):
+    from nncore import cli
+
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    assert cli.main(["train", "kdd-net-1h", "--data", str(path), "--no-store", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"layerlab: error: {path}") and culprit in err, err
