@@ -485,8 +485,7 @@ async def test_a_csv_file_is_read_in_the_background_and_fed_to_the_model_view(fi
         model = app.query_one("#model-pane")
         assert model.data is pane.data  # the Model view checks the network against the file
         assert app.query_one("#start", Button).disabled  # quadrant's 2-input network does not fit
-        app.query_one("#label", Input).focus()
-        await type_keys(pilot, list("protocol_type"))
+        app.query_one("#label", Input).value = "protocol_type"
         await wait_for(pilot, lambda: pane.data is not None and pane.data.n_classes == 3, 30)
         assert app.is_running
 
