@@ -133,6 +133,8 @@ class ModelPane(Guarded, Vertical):
     def set_data(self, info, error: str | None = None) -> None:
         """The dataset the network must fit (a DatasetInfo), or why there is none."""
         self.data, self.data_error = info, error
+        shape = self.query_one("#input-shape", Input)  # an empty input takes the data's: say which
+        shape.placeholder = f"data: {','.join(map(str, info.input_shape))}" if info is not None else "from data"
         self.refresh_table()
 
     @property
