@@ -42,7 +42,7 @@ def default_enabled() -> bool:
 
 
 def fused_default() -> bool:
-    """Whether a step's launches are fused into one kernel (``fuse``) before the graph is built: on CUDA, unless
+    """Whether a step's launches are fused into one kernel (``fuse_plan``) before the graph is built: on CUDA, unless
     LAYERLAB_FUSED_STEP=0; on the CPU only with LAYERLAB_FUSED_STEP=1 (there a graph's launches cost little,
     and the CPU's in-place and pooled loops would split the kernel anyway)."""
     flag = os.environ.get("LAYERLAB_FUSED_STEP", "").strip()
@@ -208,7 +208,7 @@ def _make_fused(calls):
 
 
 def fuse_plan(calls) -> list:
-    """How ``fuse`` launches ``calls``: a list of (kernel, [(call, argument) for each of its arguments], in
+    """How ``calls`` launch fused: a list of (kernel, [(call, argument) for each of its arguments], in
     place). Each run of consecutive calls with the same in-place flag (nncore.kernels.Sized) and at most MAX_ARGS
     parameters becomes one kernel that holds them all (``_make_fused``), cached by the kernels, their templates
     and which arguments share an ndarray. A launch costs the same whatever a kernel holds, so a step of a dozen
@@ -241,11 +241,6 @@ def apply_plan(plan, calls) -> list:
     return [(kern, [calls[c][1][i] for c, i in sources], in_place) for kern, sources, in_place in plan]
 
 
-def fuse(calls) -> list:
-    """``calls`` as the calls of their ``fuse_plan``."""
-    return apply_plan(fuse_plan(calls), calls)
-
-
 def launch(calls) -> None:
     """Run recorded calls one by one (what the code would have done without the recording)."""
     for kern, args, in_place in calls:
@@ -257,7 +252,7 @@ class StepGraphs:
 
     def __init__(self, enabled: bool | None = None, fused: bool | None = None):
         self.enabled = default_enabled() if enabled is None else enabled
-        self.fused = fused_default() if fused is None else fused  # steps fused into one kernel (``fuse``)
+        self.fused = fused_default() if fused is None else fused  # steps fused into one kernel (``fuse_plan``)
         self._graphs: dict = {}
         self._gen = runtime.generation()
         self.built = self.fallbacks = self.unfused = 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import math
 import os
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ConfigError, DataError
+from .errors import ConfigError, DataError, LayerlabError
 from .limits import INT32_MAX, check_host_memory, check_index, regular_file
 
 MAX_LINE = 1 << 20  # characters in one line: a longer one is refused, not read whole into memory
@@ -161,7 +162,7 @@ def read_csv(path, *, header="auto", categorical=(), limit: int | None = None, l
         if has_header and len(set(names)) != n_col:
             dup = next(v for v in names if names.count(v) > 1)
             raise DataError(f"{path}:{first[1]}: column {dup!r} appears twice in the header")
-        pending = ([second] if second is not None else []) if has_header else [first] + ([second] if second else [])
+        pending = [r for r in ([second] if has_header else [first, second]) if r is not None]  # the first data rows
         if not pending:
             raise DataError(f"{path}: a header and no data rows")
         if like is not None:
@@ -196,8 +197,7 @@ def read_csv(path, *, header="auto", categorical=(), limit: int | None = None, l
             n_rows += len(batch)
 
         batch = []
-        stream = iter(pending)
-        for row in _chain(stream, rows):
+        for row in itertools.chain(pending, rows):
             if len(row[0]) != n_col:
                 raise DataError(f"{path}:{row[1]}: {len(row[0])} fields, expected {n_col} (as in line {first[1]})")
             batch.append(row)
@@ -231,11 +231,6 @@ def read_csv(path, *, header="auto", categorical=(), limit: int | None = None, l
     table.cats = cats
     table.lines = np.concatenate(line_chunks)
     return table
-
-
-def _chain(a, b):
-    yield from a
-    yield from b
 
 
 def _numbers(path: Path, name: str, values, lines: np.ndarray, first_line: int) -> np.ndarray:
@@ -310,12 +305,15 @@ def encode(table: Table, train_rows: np.ndarray, test: tuple[Table, np.ndarray])
         if table.numeric[i]:
             mean, std = float(col_tr.mean()), float(col_tr.std())
             encoding[name] = {"mean": mean, "std": std if std > 0 else 1.0}
-            layout.append((i, None))
+            layout.append((i, None, 1))
             features.append(name)
         else:
             words = sorted(word_of[i][c] for c in np.unique(col_tr))
+            index = np.full(len(t_table.cats[i]), -1, np.int64)  # a code (training's or the test's) -> its feature
+            for k, w in enumerate(words):
+                index[t_table.cats[i][w]] = k
             encoding[name] = {"categories": words}
-            layout.append((i, words))
+            layout.append((i, index, len(words)))
             features += [f"{name}={w}" for w in words]
     if not features:
         raise DataError(f"{table.path}: no feature columns besides the label")
@@ -323,34 +321,24 @@ def encode(table: Table, train_rows: np.ndarray, test: tuple[Table, np.ndarray])
     for tbl, rows in ((table, train_rows), (t_table, t_rows)):
         x = np.zeros((len(rows), len(features)), np.float32)
         at = 0
-        for i, words in layout:
+        for i, index, width in layout:
             col = tbl.columns[i][rows]
             name = table.names[i]
-            if words is None:
+            if index is None:
                 e = encoding[name]
                 x[:, at] = (col - e["mean"]) / e["std"]
-                at += 1
-                continue
-            index = np.full(len(t_table.cats[i]), -1, np.int64)
-            for k, w in enumerate(words):
-                index[t_table.cats[i][w]] = k
-            k = index[col]
-            hit = k >= 0
-            x[np.nonzero(hit)[0], at + k[hit]] = 1.0
-            if tbl is t_table and rows is t_rows and (~hit).any():
-                unseen[name] = int((~hit).sum())
-            at += len(words)
+            else:
+                k = index[col]
+                hit = k >= 0
+                x[np.nonzero(hit)[0], at + k[hit]] = 1.0
+                if tbl is t_table and rows is t_rows and (~hit).any():
+                    unseen[name] = int((~hit).sum())
+            at += width
         out.append(x)
     to_class = lambda words: np.array([class_of[w] for w in words], np.int32).reshape(-1)  # noqa: E731
     meta = {"classes": classes, "features": features, "label": table.names[lab], "encoding": encoding,
             "train_classes": sorted(train_labels)}
     return (Encoded(out[0], to_class(train_y)), Encoded(out[1], to_class(test_y), unseen), meta)
-
-
-def options(data: dict) -> dict:
-    """read_csv's options from a config's [data] table."""
-    return {"label": data.get("label"), "header": data.get("header", "auto"),
-            "categorical": data.get("categorical") or (), "limit": data.get("limit")}
 
 
 _memo: dict = {}  # the last few loads (key: ``_key``) -> a Dataset, or the LayerlabError the load raised
@@ -372,6 +360,14 @@ def _key(path, test_path=None, test_ratio: float = 0.2, seed: int = 0, label=Non
             tuple(categorical or ()), limit)
 
 
+def _keep(cache: dict, key, value):
+    """``value`` into ``cache`` under ``key``, the oldest entries dropped past MEMO; returns ``value``."""
+    while len(cache) >= MEMO:
+        cache.pop(next(iter(cache)))
+    cache[key] = value
+    return value
+
+
 def forget() -> None:
     """Drop what is kept of earlier loads (tests; a file changed in place keeps its size and time)."""
     _memo.clear()
@@ -389,8 +385,6 @@ def load_csv(path, *, test_path=None, test_ratio: float = 0.2, seed: int = 0, la
     ``test_ratio`` of the rows chosen by ``seed``. Notes for the user (the classes' order, unseen categories)
     are in the Dataset's ``meta["notes"]``. The last few loads (and their errors) are kept, so checking a run
     and starting it read the file once, and the app can read it in the background."""
-    from .errors import LayerlabError
-
     key = _key(path, test_path, test_ratio, seed, label, header, categorical, limit)
     if key in _memo:
         got = _memo[key]
@@ -401,9 +395,7 @@ def load_csv(path, *, test_path=None, test_ratio: float = 0.2, seed: int = 0, la
         ds = _load_csv(path, test_path, test_ratio, seed, label, header, categorical, limit)
     except LayerlabError as exc:
         ds = exc
-    while len(_memo) >= MEMO:
-        _memo.pop(next(iter(_memo)))
-    _memo[key] = ds
+    _keep(_memo, key, ds)
     if isinstance(ds, LayerlabError):
         raise ds
     return ds
@@ -415,10 +407,7 @@ def _load_csv(path, test_path, test_ratio, seed, label, header, categorical, lim
     tkey = (_stamp(path), header, tuple(categorical or ()), limit)
     table = _tables.get(tkey)
     if table is None:
-        table = read_csv(path, header=header, categorical=categorical, limit=limit)
-        while len(_tables) >= MEMO:
-            _tables.pop(next(iter(_tables)))
-        _tables[tkey] = table
+        table = _keep(_tables, tkey, read_csv(path, header=header, categorical=categorical, limit=limit))
     lab = _column_index(-1 if label is None else label, table.names, table.has_header, "data.label", Path(path))
     table = replace(table, label=lab)
     n = len(table.lines)
@@ -437,7 +426,7 @@ def _load_csv(path, test_path, test_ratio, seed, label, header, categorical, lim
     except ConfigError as exc:
         raise DataError(str(exc)) from None
     notes = [f"{Path(path).name}: {len(tr.y):,} training and {len(te.y):,} test rows, {tr.x.shape[1]} features "
-             f"({sum(table.numeric)} numeric standardised, the rest one-hot), label column "
+             f"({sum(table.numeric) - table.numeric[lab]} numeric standardised, the rest one-hot), label column "
              f"{meta['label']!r}: classes " + ", ".join(f"{i} = {c}" for i, c in enumerate(meta["classes"]))]
     test_only = [c for c in meta["classes"] if c not in meta["train_classes"]]
     if test_only:

@@ -50,7 +50,7 @@ calls = G.record(fn)
 print(f"{name} b{batch}: {len(calls)} kernels: " + ", ".join(k._primal.func.__name__ for k, _, _ in calls))
 graph, plan = net.graphs._graphs[(G._signature(calls), G._sharing(calls) if net.graphs.fused else None)]
 vals = G._values(G.apply_plan(plan, calls) if plan else calls)
-print(f"launched as {net.graphs.launches[1]} kernel(s){' (fused: graph.fuse)' if plan else ''}")
+print(f"launched as {net.graphs.launches[1]} kernel(s){' (fused: graph.fuse_plan)' if plan else ''}")
 print("us per step issue/synced:")
 print("  record only          ", t(lambda: G.record(fn)))
 print("  record+sig+values    ", t(lambda: (lambda c: (G._signature(c), G._values(c)))(G.record(fn))))

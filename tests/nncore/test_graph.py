@@ -140,7 +140,7 @@ FUSED_NETS = {"odd-mlp": ODD_MLP, "odd-cnn": CNN, "net-1h": "net-1h", "net-1h-re
 
 @pytest.mark.parametrize("name", list(FUSED_NETS))
 def test_fused_step_equals_part_by_part(arch, name, rng):
-    """The whole step as one kernel (nncore.graph.fuse: every part's loops inlined, in order) against the same
+    """The whole step as one kernel (nncore.graph.fuse_plan: every part's loops inlined, in order) against the same
     step launched kernel by kernel, 20 steps of an odd batch (33) with SGD and momentum. The CPU runs the very
     same loops, so to the bit; on CUDA the conv weight gradient sums with atomics, whose order varies between
     runs, so within float32 rounding accumulated over 20 steps (rtol 1e-4, atol 1e-5)."""
