@@ -138,6 +138,11 @@ def build(calls):
 
 
 MAX_ARGS = 64  # Taichi 1.7's limit on a kernel's (non-template) arguments
+MAX_NDARRAYS = 32  # ndarrays first, at most 32 of them (each with its shape among the kernel's extra arguments)
+# Kernels with shared-memory arrays (``shared_memory`` set on the Taichi kernel) per fused kernel: net-2h's step
+# with four of them (batch 64) read out of bounds on an H100 where each part alone, and runs of up to three, ran
+# right; so at most two, which every seed network's step was checked with.
+MAX_SHARED = 2
 _funcs: dict = {}  # a kernel's Python function -> the same code as a ti.func taking every argument as a template
 _fused: dict = {}  # (signature, the ndarrays' sharing pattern) -> (fused kernel, its parameter sources)
 _serial = itertools.count()
@@ -164,17 +169,26 @@ def _sharing(calls) -> tuple:
                  for kern, args, _ in calls for i, kind in _slots(kern).runtime if kind == "nd")
 
 
-def _n_params(calls) -> int:
+def _n_params(calls) -> tuple[int, int]:
+    """(parameters, of which ndarrays) of the kernel ``_make_fused`` makes for ``calls``."""
     nds = {id(args[i]) for kern, args, _ in calls for i, kind in _slots(kern).runtime if kind == "nd"}
-    return len(nds) + sum(kind != "nd" for kern, _, _ in calls for _, kind in _slots(kern).runtime)
+    return len(nds) + sum(kind != "nd" for kern, _, _ in calls for _, kind in _slots(kern).runtime), len(nds)
+
+
+def _fits(calls) -> bool:
+    n, nds = _n_params(calls)
+    shared = sum(bool(getattr(kern, "shared_memory", False)) for kern, _, _ in calls)
+    return n <= MAX_ARGS and nds <= MAX_NDARRAYS and shared <= MAX_SHARED
 
 
 def _make_fused(calls):
     """A kernel that runs ``calls``' kernels one after another as one launch: its body calls each kernel's
-    function (``_as_func``) with the recorded templates; its parameters are the distinct ndarrays and every
-    scalar, in order of first use. Returns the kernel and, per parameter, the (call, argument) it comes from."""
+    function (``_as_func``) with the recorded templates; its parameters are the distinct ndarrays, then every
+    scalar, each in order of first use. Returns the kernel and, per parameter, the (call, argument) it comes
+    from."""
     ns: dict = {"ti": ti}
     params, sources, lines, nd_param = [], [], [], {}
+    scalars, scalar_sources = [], []
     for c, (kern, args, _) in enumerate(calls):
         slots = _slots(kern)
         ns[f"f{c}"] = _as_func(kern)
@@ -194,11 +208,13 @@ def _make_fused(calls):
                     ns[f"T_{name}"] = slots.dtypes[i]
             else:
                 name = f"s{c}_{i}"
-                params.append(name)
-                sources.append((c, i))
+                scalars.append(name)
+                scalar_sources.append((c, i))
                 ns[f"T_{name}"] = slots.dtypes[i]
             actual.append(name)
         lines.append(f"    f{c}({', '.join(actual)})")
+    params += scalars
+    sources += scalar_sources
     fname = f"fused_step_{next(_serial)}"
     src = f"def {fname}({', '.join(f'{p}: T_{p}' for p in params)}):\n" + "\n".join(lines) + "\n"
     filename = f"<nncore {fname}>"
@@ -209,14 +225,14 @@ def _make_fused(calls):
 
 def fuse_plan(calls) -> list:
     """How ``calls`` launch fused: a list of (kernel, [(call, argument) for each of its arguments], in
-    place). Each run of consecutive calls with the same in-place flag (nncore.kernels.Sized) and at most MAX_ARGS
-    parameters becomes one kernel that holds them all (``_make_fused``), cached by the kernels, their templates
-    and which arguments share an ndarray. A launch costs the same whatever a kernel holds, so a step of a dozen
-    kernels costs one launch's overhead instead of a dozen."""
+    place). Each run of consecutive calls with the same in-place flag (nncore.kernels.Sized), at most MAX_ARGS
+    parameters, MAX_NDARRAYS ndarrays and MAX_SHARED shared-memory kernels becomes one kernel that holds them
+    all (``_make_fused``), cached by the kernels, their templates and which arguments share an ndarray. A step of a dozen kernels then pays one
+    launch's fixed cost instead of a dozen; each of its loops still costs a driver launch of its own."""
     groups: list = []
     for c, call in enumerate(calls):
         g = groups[-1] if groups else None
-        if g is not None and call[2] == calls[g[-1]][2] and _n_params([calls[i] for i in g] + [call]) <= MAX_ARGS:
+        if g is not None and call[2] == calls[g[-1]][2] and _fits([calls[i] for i in g] + [call]):
             g.append(c)
         else:
             groups.append([c])

@@ -137,6 +137,9 @@ def _tiled(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: F2, x
                     dparams[w_off + m * n_in + n] = acc[r, q]
 
 
+_tiled.ti.shared_memory = True  # nncore.graph fuses few of these into one kernel (MAX_SHARED)
+
+
 @kernel
 def _bias_grad(dparams: F1, dout: F2, out: F2, b_off: ti.i32, kind: ti.template()):
     for o in range(dout.shape[1]):

@@ -138,6 +138,34 @@ FUSED_NETS = {"odd-mlp": ODD_MLP, "odd-cnn": CNN, "net-1h": "net-1h", "net-1h-re
               "net-2h": "net-2h", "cnn64": "cnn64", "cnn256": "cnn256"}
 
 
+def _fused_against_parts(arch, spec, batch, steps, rng, max_launches):
+    """Weights after ``steps`` SGD+momentum steps, launched kernel by kernel and fused (``fuse_plan``)."""
+    n_out = Sequential.from_spec(spec).out_shape[0]
+    batches = [(rng.random((batch, *spec["input"]), dtype=np.float32), rng.integers(0, n_out, batch))
+               for _ in range(steps)]
+    ends = []
+    for fused in (False, True):
+        net = Sequential.from_spec(spec, seed=3)
+        net.graphs = G.StepGraphs(enabled=fused, fused=fused)
+        opt = SGD(net.n_params, lr=0.05, momentum=0.9)
+        ws = net.workspace(batch)
+        for x, y in batches:
+            ws.load(x, y)
+            net.train_step(ws, opt)
+        ends.append(net.params.to_numpy())
+        if fused:
+            recorded, launched = net.graphs.launches
+            # fused, not replayed as recorded (on the CPU, runs of in-place and pooled kernels fuse apart)
+            assert net.graphs.unfused == 0 and launched < recorded, net.graphs.launches
+            assert launched <= max_launches or arch != "cuda", net.graphs.launches
+    want, got = ends
+    assert not np.array_equal(want, Sequential.from_spec(spec, seed=3).params.to_numpy())
+    if arch == "cuda":
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("name", list(FUSED_NETS))
 def test_fused_step_equals_part_by_part(arch, name, rng):
     """The whole step as one kernel (nncore.graph.fuse_plan: every part's loops inlined, in order) against the same
@@ -149,28 +177,57 @@ def test_fused_step_equals_part_by_part(arch, name, rng):
     if arch != "cuda" and name in ("net-1h-relu", "net-2h", "cnn64", "cnn256"):
         pytest.skip("these seed networks run on the GPU only (CI's CPU time); the CPU has the odd ones and net-1h")
     spec = FUSED_NETS[name] if isinstance(FUSED_NETS[name], dict) else workload_model(FUSED_NETS[name])
-    n_out = Sequential.from_spec(spec).out_shape[0]
-    batches = [(rng.random((33, *spec["input"]), dtype=np.float32), rng.integers(0, n_out, 33)) for _ in range(20)]
-    ends = []
-    for fused in (False, True):
-        net = Sequential.from_spec(spec, seed=3)
-        net.graphs = G.StepGraphs(enabled=fused, fused=fused)
-        opt = SGD(net.n_params, lr=0.05, momentum=0.9)
-        ws = net.workspace(33)
-        for x, y in batches:
-            ws.load(x, y)
-            net.train_step(ws, opt)
-        ends.append(net.params.to_numpy())
-        if fused:
-            recorded, launched = net.graphs.launches
-            # fused, not replayed as recorded (on the CPU, runs of in-place and pooled kernels fuse apart)
-            assert net.graphs.unfused == 0 and launched < recorded and (launched <= 3 or arch != "cuda"), net.graphs.launches
-    want, got = ends
-    assert not np.array_equal(want, Sequential.from_spec(spec, seed=3).params.to_numpy())
-    if arch == "cuda":
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    else:
-        np.testing.assert_array_equal(got, want)
+    _fused_against_parts(arch, spec, 33, 20, rng, max_launches=3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,batch", [("net-1h", 64), ("net-2h", 64), ("net-2h", 256), ("cnn64", 256)])
+def test_fused_step_with_tiled_products(name, batch, rng):
+    """Batches where the shared-memory tiled products run (at 33 most products use the plain kernels): net-2h at
+    batch 64 has four of them in its step, which fused into one kernel read out of bounds; fused at most
+    MAX_SHARED a kernel, the weights equal the part-by-part step's."""
+    from nncore.bench import workload_model
+
+    runtime.ensure("cuda")
+    _fused_against_parts("cuda", workload_model(name), batch, 5, rng, max_launches=3)
+
+
+def test_fused_kernels_hold_few_shared_memory_parts(cpu, rng):
+    """fuse_plan splits a step so that each fused kernel has at most MAX_SHARED kernels flagged shared_memory and
+    its ndarrays before its scalars; the split step computes what the kernels launched one by one compute."""
+    @kernel
+    def axpy(y: ti.types.ndarray(dtype=ti.f32, ndim=1), x: ti.types.ndarray(dtype=ti.f32, ndim=1), a: ti.f32):
+        for i in range(y.shape[0]):
+            y[i] = y[i] * 0.5 + a * x[i]
+
+    @kernel
+    def tiled_like(y: ti.types.ndarray(dtype=ti.f32, ndim=1), x: ti.types.ndarray(dtype=ti.f32, ndim=1), a: ti.f32):
+        for i in range(y.shape[0]):
+            y[i] = y[i] - a * x[(i + 1) % x.shape[0]]
+
+    tiled_like.ti.shared_memory = True
+    arrs = [nd(rng.random(13, dtype=np.float32)) for _ in range(4)]
+    start = [a.to_numpy() for a in arrs]
+
+    def step():
+        for k in range(7):
+            (tiled_like if k % 2 else axpy)(arrs[k % 4], arrs[(k + 1) % 4], 0.25 + k)
+
+    step()
+    want = [a.to_numpy() for a in arrs]
+    calls = G.record(step)
+    plan = G.fuse_plan(calls)
+    for kern, sources, _ in plan:
+        shared = [c for c, i in {(c, 0) for c, _ in sources} if getattr(calls[c][0], "shared_memory", False)]
+        assert len(shared) <= G.MAX_SHARED
+        kinds = ["nd" if isinstance(calls[c][1][i], ti.Ndarray) else "s" for c, i in sources]
+        assert kinds == sorted(kinds)  # "nd" before "s"
+    assert len(plan) == 2  # three shared-memory kernels: two in the first fused kernel, one in the second
+    for a, s0 in zip(arrs, start):
+        a.from_numpy(s0)
+    G.launch(G.apply_plan(plan, calls))
+    for a, w in zip(arrs, want):
+        np.testing.assert_allclose(a.to_numpy(), w, rtol=1e-6)
 
 
 def test_a_step_that_does_not_fuse_runs_as_recorded(cpu, monkeypatch, rng):
