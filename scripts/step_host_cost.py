@@ -1,0 +1,84 @@
+"""Where a training step's time goes on the host: the layers' Python (record), the graph's cache key (signature,
+sharing), the fused plan's arguments (apply_plan, values) and Taichi's graph.run, per step.
+
+Usage: [LAYERLAB_FUSED_STEP=0|1] [PROF=1] [N=200] python scripts/step_host_cost.py ARCH WORKLOADS BATCHES
+e.g. python scripts/step_host_cost.py cuda net-1h,cnn64 64,1000
+
+N steps run without a sync; "host" is the time to issue them, "step" includes the final sync, so a step whose
+host time equals its step time is bound by the host. PROF=1 turns on Taichi's kernel profiler and prints each
+offloaded task's GPU time (the profiler's events slow the step itself).
+"""
+import collections
+import os
+import sys
+import time
+
+import numpy as np
+from nncore import runtime, graph as G
+from nncore.bench import workload_model, _data, POOL
+from nncore.network import Sequential
+from nncore.optim import SGD
+from nncore.kernels.data import gather_rows
+from nncore.runtime import ti
+import taichi.graph._graph as tg  # noqa: E402
+
+PROF = os.environ.get("PROF") == "1"
+if PROF:
+    _orig = ti.init
+    ti.init = lambda **kw: _orig(kernel_profiler=True, **kw)
+arch, names, batches = sys.argv[1], sys.argv[2].split(","), [int(b) for b in sys.argv[3].split(",")]
+N = int(os.environ.get("N", "200"))
+runtime.init(arch)
+acc = collections.defaultdict(float)
+
+
+def wrap(owner, name, label):
+    """Time every call of owner.name into acc[label]."""
+    f = getattr(owner, name)
+
+    def timed(*a, **k):
+        t = time.perf_counter()
+        r = f(*a, **k)
+        acc[label] += time.perf_counter() - t
+        return r
+    setattr(owner, name, timed)
+
+
+for nm, lab in [("record", "record"), ("_signature", "signature"), ("_sharing", "sharing"), ("apply_plan", "apply_plan"), ("_values", "values")]:
+    wrap(G, nm, lab)
+wrap(tg.Graph, "run", "graph.run")
+
+for name in names:
+    for batch in batches:
+        model = workload_model(name)
+        net = Sequential.from_spec(model, seed=0)
+        opt = SGD(net.n_params, lr=0.01)
+        x, y = _data(model)
+        xs = ti.ndarray(ti.f32, shape=(POOL, x[0].size))
+        xs.from_numpy(x.reshape(POOL, -1))
+        ys = ti.ndarray(ti.i32, shape=(POOL,))
+        ys.from_numpy(y)
+        order = ti.ndarray(ti.i32, shape=(POOL,))
+        order.from_numpy(np.arange(POOL, dtype=np.int32))
+        ws = net.workspace(batch)
+        starts = [(i * batch) % (POOL - batch + 1) for i in range(N)]
+
+        def step(s):
+            net.train_step(ws, opt, gather=lambda: gather_rows(ws.x, ws.labels, xs, ys, order, s))
+        for s in starts[:5]:
+            step(s)
+        runtime.sync()
+        if PROF:
+            ti.profiler.clear_kernel_profiler_info()
+        acc.clear()
+        t0 = time.perf_counter()
+        for s in starts:
+            step(s)
+        th = time.perf_counter() - t0
+        runtime.sync()
+        tt = time.perf_counter() - t0
+        rec, lau = net.graphs.launches
+        print(f"{name} b{batch} fused={net.graphs.fused} launches {rec}->{lau}: step {1e6*tt/N:.1f} us, host {1e6*th/N:.1f} us, "
+              + ", ".join(f"{k} {1e6*v/N:.1f}" for k, v in acc.items()), flush=True)
+        if PROF:
+            ti.profiler.print_kernel_profiler_info("count")
