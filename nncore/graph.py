@@ -138,10 +138,9 @@ def build(calls):
 
 
 MAX_ARGS = 64  # Taichi 1.7's limit on a kernel's (non-template) arguments
-MAX_NDARRAYS = 32  # ndarrays first, at most 32 of them (each with its shape among the kernel's extra arguments)
 # Kernels with shared-memory arrays (``shared_memory`` set on the Taichi kernel) per fused kernel: net-2h's step
 # with four of them (batch 64) read out of bounds on an H100 where each part alone, and runs of up to three, ran
-# right; so at most two, which every seed network's step was checked with.
+# right (40 ndarray parameters alone do not do it); so at most two, with which every seed network's step matched.
 MAX_SHARED = 2
 _funcs: dict = {}  # a kernel's Python function -> the same code as a ti.func taking every argument as a template
 _fused: dict = {}  # (signature, the ndarrays' sharing pattern) -> (fused kernel, its parameter sources)
@@ -169,16 +168,16 @@ def _sharing(calls) -> tuple:
                  for kern, args, _ in calls for i, kind in _slots(kern).runtime if kind == "nd")
 
 
-def _n_params(calls) -> tuple[int, int]:
-    """(parameters, of which ndarrays) of the kernel ``_make_fused`` makes for ``calls``."""
+def _n_params(calls) -> int:
+    """Parameters of the kernel ``_make_fused`` makes for ``calls``: the distinct ndarrays and every scalar."""
     nds = {id(args[i]) for kern, args, _ in calls for i, kind in _slots(kern).runtime if kind == "nd"}
-    return len(nds) + sum(kind != "nd" for kern, _, _ in calls for _, kind in _slots(kern).runtime), len(nds)
+    return len(nds) + sum(kind != "nd" for kern, _, _ in calls for _, kind in _slots(kern).runtime)
 
 
 def _fits(calls) -> bool:
-    n, nds = _n_params(calls)
+    n = _n_params(calls)
     shared = sum(bool(getattr(kern, "shared_memory", False)) for kern, _, _ in calls)
-    return n <= MAX_ARGS and nds <= MAX_NDARRAYS and shared <= MAX_SHARED
+    return n <= MAX_ARGS and shared <= MAX_SHARED
 
 
 def _make_fused(calls):
@@ -226,9 +225,10 @@ def _make_fused(calls):
 def fuse_plan(calls) -> list:
     """How ``calls`` launch fused: a list of (kernel, [(call, argument) for each of its arguments], in
     place). Each run of consecutive calls with the same in-place flag (nncore.kernels.Sized), at most MAX_ARGS
-    parameters, MAX_NDARRAYS ndarrays and MAX_SHARED shared-memory kernels becomes one kernel that holds them
-    all (``_make_fused``), cached by the kernels, their templates and which arguments share an ndarray. A step of a dozen kernels then pays one
-    launch's fixed cost instead of a dozen; each of its loops still costs a driver launch of its own."""
+    parameters and at most MAX_SHARED shared-memory kernels becomes one kernel that holds them all
+    (``_make_fused``), cached by the kernels, their templates and which arguments share an ndarray. A step of a
+    dozen kernels then pays one launch's fixed cost instead of a dozen; each of its loops still costs a driver
+    launch of its own."""
     groups: list = []
     for c, call in enumerate(calls):
         g = groups[-1] if groups else None
