@@ -82,6 +82,7 @@ class _Slots:
             else:
                 self.problem = f"{kern._primal.func.__name__}: a compute graph cannot carry parameter {a.name}"
         self.dtypes = {i: a.annotation for i, a in enumerate(kern._primal.arguments)}
+        self.nds = [i for i, kind in self.runtime if kind == "nd"]
 
 
 def _slots(kern) -> _Slots:
@@ -257,6 +258,37 @@ def apply_plan(plan, calls) -> list:
     return [(kern, [calls[c][1][i] for c, i in sources], in_place) for kern, sources, in_place in plan]
 
 
+def _key(calls, fused: bool) -> tuple:
+    """What a step's graph is cached under: ``_signature``, and where ``fused`` is on (a fused kernel's parameters
+    follow the ndarrays' sharing) ``_sharing`` too."""
+    try:
+        return _key_of(calls, fused)
+    except AttributeError:  # a kernel seen for the first time: make its _slots
+        for kern, _, _ in calls:
+            _slots(kern)
+        return _key_of(calls, fused)
+
+
+def _key_of(calls, fused: bool) -> tuple:
+    sig = tuple([(kern, ip, tuple([args[i] for i in kern._graph_slots.templates])) for kern, args, ip in calls])
+    if not fused:
+        return sig, None
+    seen: dict = {}
+    return sig, tuple([seen.setdefault(id(args[i]), len(seen)) for kern, args, _ in calls
+                       for i in kern._graph_slots.nds])
+
+
+_CONVERT = {"nd": None, "f": float, "i": int}
+
+
+def _binds(plan) -> list:
+    """For a plan's launches (as ``apply_plan`` makes them), each graph argument as (name, call, argument,
+    conversion) of the recorded calls: a step's arguments are then read straight from its recording, named as
+    ``_values`` names them."""
+    return [(f"{c2}_{i}", *sources[i], _CONVERT[kind])
+            for c2, (kern, sources, _) in enumerate(plan) for i, kind in _slots(kern).runtime]
+
+
 def launch(calls) -> None:
     """Run recorded calls one by one (what the code would have done without the recording)."""
     for kern, args, in_place in calls:
@@ -285,36 +317,34 @@ class StepGraphs:
         calls = record(fn)
         if not calls:
             return
-        key = (_signature(calls), _sharing(calls) if self.fused else None)  # (a fused kernel's parameters
-        entry = self._graphs.get(key)                                      # follow the ndarrays' sharing)
+        key = _key(calls, self.fused)
+        entry = self._graphs.get(key)
         if entry is None:
             entry = self._graphs[key] = self._build(calls)
-        graph, plan = entry
-        recorded = len(calls)
-        if plan is not None:
-            calls = apply_plan(plan, calls)
-        self.launches = (recorded, len(calls))
+        graph, plan, binds = entry
+        self.launches = (len(calls), len(plan) if plan is not None else len(calls))
         if graph is False:
-            launch(calls)
-        else:
-            graph.run(_values(calls))
+            launch(apply_plan(plan, calls) if plan is not None else calls)
+        else:  # the graph's arguments straight from the recorded calls (``_binds``)
+            graph.run({name: calls[c][1][a] if conv is None else conv(calls[c][1][a]) for name, c, a, conv in binds})
 
     def _build(self, calls) -> tuple:
-        """(graph, fuse_plan) for this launch sequence: the fused step's graph where ``fused`` is on, else (or
-        if that fails to build: ``unfused`` counts it) the recorded launches' graph (plan None), else (False,
-        None), launched one by one (``fallbacks`` counts it)."""
+        """(graph, fuse_plan, _binds) for this launch sequence: the fused step's graph where ``fused`` is on, else
+        (or if that fails to build: ``unfused`` counts it) the recorded launches' graph (plan None), else (False,
+        None, None), launched one by one (``fallbacks`` counts it)."""
         if self.fused:
             try:
                 plan = fuse_plan(calls)
                 graph = build(apply_plan(plan, calls))
                 self.built += 1
-                return graph, plan
+                return graph, plan, _binds(plan)
             except Exception:  # noqa: BLE001 -- any failure to build: the step as recorded, and remember
                 self.unfused += 1
         try:
             graph = build(calls)
             self.built += 1
-            return graph, None
+            return graph, None, _binds([(kern, [(c, i) for i in range(len(args))], ip)
+                                        for c, (kern, args, ip) in enumerate(calls)])
         except Exception:  # noqa: BLE001 -- any failure to build: launch as without graphs, and remember
             self.fallbacks += 1
-            return False, None
+            return False, None, None

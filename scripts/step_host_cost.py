@@ -1,5 +1,5 @@
-"""Where a training step's time goes on the host: the layers' Python (record), the graph's cache key (signature,
-sharing), the fused plan's arguments (apply_plan, values) and Taichi's graph.run, per step.
+"""Where a training step's time goes on the host: the layers' Python (record), the graph's cache key (key), and
+Taichi's graph.run (the arguments read from the recording, then the launch), per step.
 
 Usage: [LAYERLAB_FUSED_STEP=0|1] [PROF=1] [N=200] python scripts/step_host_cost.py ARCH WORKLOADS BATCHES
 e.g. python scripts/step_host_cost.py cuda net-1h,cnn64 64,1000
@@ -44,7 +44,7 @@ def wrap(owner, name, label):
     setattr(owner, name, timed)
 
 
-for nm, lab in [("record", "record"), ("_signature", "signature"), ("_sharing", "sharing"), ("apply_plan", "apply_plan"), ("_values", "values")]:
+for nm, lab in [("record", "record"), ("_key", "key")]:
     wrap(G, nm, lab)
 wrap(tg.Graph, "run", "graph.run")
 
