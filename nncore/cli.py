@@ -216,16 +216,32 @@ def _archs() -> int:
     return EXIT_OK
 
 
+_FLAG_OF = {"path": "--data", "test_path": "--test-data", "shuffle": "--no-shuffle"}  # field -> its flag
+
+
+def _override(cfg, section: str, **values):
+    """cfg.override, with a value the check refuses blamed on its command-line flag, not on the config file."""
+    try:
+        return cfg.override(section, **values)
+    except ConfigError as exc:
+        prefix, _, name = (exc.field or "").partition(".")
+        if prefix != section or values.get(name) is None:
+            raise
+        flag = _FLAG_OF.get(name, "--" + name.replace("_", "-"))
+        reason = str(exc).removeprefix(f"{cfg.source}: ")
+        raise ConfigError(f"{flag}: {reason}", layer=exc.layer, field=exc.field) from None
+
+
 def _config(args):
     from nncore.config import load_config
     from nncore.data import is_table
 
     cfg = load_config(args.config)
-    cfg = cfg.override("train", arch=args.arch, threads=args.threads, epochs=args.epochs, batch_size=args.batch_size,
+    cfg = _override(cfg, "train", arch=args.arch, threads=args.threads, epochs=args.epochs, batch_size=args.batch_size,
                        lr=args.lr, optimizer=args.optimizer, momentum=args.momentum, seed=args.seed,
                        shuffle=False if args.no_shuffle else None, timing_every=args.timing_every)
     if args.dataset or args.data:
-        cfg = cfg.override("data", dataset=args.dataset, path=args.data)
+        cfg = _override(cfg, "data", dataset=args.dataset, path=args.data)
         if args.dataset:
             cfg.data["path"] = None
         else:
@@ -233,7 +249,7 @@ def _config(args):
     if (args.test_data or args.label is not None) and not is_table(cfg.data["path"]):
         raise ConfigError(f"{'--test-data' if args.test_data else '--label'} applies to a CSV file given with --data "
                           "(or a config's data.path)")
-    return cfg.override("data", limit=args.limit, test_path=args.test_data, label=args.label)
+    return _override(cfg, "data", limit=args.limit, test_path=args.test_data, label=args.label)
 
 
 def _data_progress() -> None:

@@ -174,13 +174,13 @@ def fit_model(model: dict, info) -> tuple[dict, list, object]:
     layers, loss = check_spec(model)
     if shape != tuple(info.input_shape):
         raise ConfigError(f"model.input {list(shape)} does not match dataset {info.name}'s {list(info.input_shape)}",
-                          field="model.input")
+                          field="model.input", about_data=True)
     if loss is None:
         raise ConfigError("model.loss is missing (cross_entropy, bce or mse)", field="model.loss")
     try:
         loss.check_classes(info.n_classes, f"dataset {info.name}")
     except ConfigError as exc:  # the output layer is the one to change
-        raise ConfigError(str(exc), layer=len(layers) - 1) from None
+        raise ConfigError(str(exc), layer=len(layers) - 1, about_data=True) from None
     return model, layers, loss
 
 

@@ -301,7 +301,7 @@ def describe(name: str | None = None, directory=None, *, samples: int = 1000, no
                             "or pass --data DIR")
         return DatasetInfo(name, (1, 28, 28), 10)
     raise ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(available_datasets())} "
-                      "or give an IDX directory")
+                      "or give an IDX directory", field="data.dataset")
 
 
 def available_datasets() -> dict[str, str]:
@@ -334,5 +334,5 @@ def load(name: str | None = None, directory=None, *, samples: int = 1000, noise:
         ds = load_idx_dir(DEBIAN_FASHION, "fashion-mnist")
     else:
         raise ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(available_datasets())} "
-                          "or give an IDX directory")
+                          "or give an IDX directory", field="data.dataset")
     return ds.limit(limit).split_validation(val_ratio, seed)

@@ -14,13 +14,14 @@ class LayerlabError(Exception):
 
 class ConfigError(LayerlabError, ValueError):
     """A network spec, config file or argument is invalid (exit 2). ``layer`` is the index at fault, if any;
-    ``field`` the config field (``model.input``), where the app should mark it."""
+    ``field`` the config field (``model.input``), where the app should mark it. ``about_data``: the network is
+    valid but does not fit its data (input width, class count), so another dataset could make it right."""
 
     exit_code = 2
 
-    def __init__(self, message: str, layer: int | None = None, field: str | None = None):
+    def __init__(self, message: str, layer: int | None = None, field: str | None = None, about_data: bool = False):
         super().__init__(message)
-        self.layer, self.field = layer, field
+        self.layer, self.field, self.about_data = layer, field, about_data
 
 
 class DataError(LayerlabError, ValueError):

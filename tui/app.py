@@ -46,7 +46,7 @@ RUN_ACTIONS = ("start", "pause", "step", "stop")
 def _about_data(err) -> bool:
     """Whether a config's check failed on its data (the file, or the network's fit to it), not on itself."""
     return isinstance(err, DataError) or (getattr(err, "field", None) or "").startswith("data.") or \
-        "dataset" in str(err)
+        getattr(err, "about_data", False)
 
 
 def _model_checks(model: dict) -> bool:

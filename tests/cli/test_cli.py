@@ -78,7 +78,8 @@ MLP = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_featu
     (MLP + '[train]\nlrr = 0.1\n', [], "unknown field train.lrr"),
     (MLP, ["--epochs", "x"], "argument --epochs: 'x' must be a whole number written in digits 0-9"),
     (MLP, ["--dataset", "nope"], "dataset 'nope' is unknown"),
-    (MLP, ["--lr", "-1"], "train.lr = -1.0 must be a finite number > 0"),
+    (MLP, ["--lr", "-1"], "--lr: train.lr = -1.0 must be a finite number > 0"),
+    (MLP, ["--limit", "0"], "--limit: data.limit = 0 must be a positive integer"),  # the flag, not the file
     (MLP, ["--save-weights", "/nonexistent/dir/w.npz"], "its directory does not exist"),
 ])
 def test_bad_config_or_arguments_exit_2(tmp_path, config, args, needle):

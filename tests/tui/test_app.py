@@ -432,3 +432,24 @@ def test_a_failed_distributed_run_is_explained_by_the_ranks_own_error():
     assert _rank_error([lines[0]], 137) == "mpiexec exited with code 137"
 
 
+
+
+def test_config_errors_about_the_data_are_told_apart_from_errors_in_the_network():
+    """The app opens a config whose network is fine but does not fit its data (another dataset would fix it),
+    and refuses one whose network is wrong: told by the error itself, not by its wording."""
+    from nncore.config import fit_model
+    from nncore.data import DatasetInfo, describe
+    from nncore.errors import ConfigError
+    from tui.app import _about_data
+
+    def error(fn):
+        with pytest.raises(ConfigError) as info:
+            fn()
+        return info.value
+
+    net = {"loss": "cross_entropy", "layers": [{"type": "Linear", "out_features": 3}]}
+    assert _about_data(error(lambda: fit_model(net, DatasetInfo("x", (5,), 4))))  # 3 outputs, 4 classes
+    assert _about_data(error(lambda: fit_model({**net, "input": [6]}, DatasetInfo("x", (5,), 3))))  # width
+    assert _about_data(error(lambda: describe("no-such-dataset", None)))
+    bad = {"loss": "cross_entropy", "layers": [{"type": "Linear", "out_features": 0}]}
+    assert not _about_data(error(lambda: fit_model(bad, DatasetInfo("a dataset", (5,), 3))))
