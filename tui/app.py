@@ -360,6 +360,8 @@ class LayerlabApp(GuardedApp):
                           f"{'stopped' if msg['stopped'] else 'finished'}: {acc}", steps=msg["steps"])
         elif kind == "store_warning":
             self.notify(msg["message"], severity="warning", timeout=12, markup=False)
+        elif kind == "loading":  # the training process reading its data, before run_started
+            self._update_controls(msg["message"])
         elif kind == "run_failed":
             self._end_run("failed", f"failed: {msg['error']}", error=True, steps=msg.get("step", 0))
 

@@ -94,6 +94,7 @@ def child_main(cfg: dict, conn: Connection, boundary: bool, store: str | None = 
 
     ctl = _Controller(conn)
     recorder = _recorder(cfg, conn, store) if store is not None else None
+    _loading_progress(conn)
 
     def emit(event) -> None:
         if recorder is not None:  # this process trains, so it records (each epoch in one transaction)
@@ -111,6 +112,21 @@ def child_main(cfg: dict, conn: Connection, boundary: bool, store: str | None = 
         conn.send(RunFailed(f"{type(exc).__name__}: {exc}".splitlines()[0], 1).to_json())
     finally:
         conn.close()
+
+
+def _loading_progress(conn: Connection) -> None:
+    """While a CSV file loads (nncore.tabular reports twice a second), "loading" lines to the app, which shows
+    them in place of "starting a training process…": this process reads the file again, which takes seconds
+    for a large one."""
+    from pathlib import Path
+
+    from nncore import tabular
+
+    def send(path, rows, done, size, last) -> None:  # short: it shares a line with the buttons at 80 columns
+        pct = f" {100 * done // size}%" if size else f" {rows:,} rows"
+        conn.send(json.dumps({"event": "loading", "message": f"reading {Path(path).name}{pct}"}))
+
+    tabular.progress = send
 
 
 def _open_store(path: str, conn: Connection):

@@ -453,3 +453,32 @@ def test_config_errors_about_the_data_are_told_apart_from_errors_in_the_network(
     assert _about_data(error(lambda: describe("no-such-dataset", None)))
     bad = {"loss": "cross_entropy", "layers": [{"type": "Linear", "out_features": 0}]}
     assert not _about_data(error(lambda: fit_model(bad, DatasetInfo("a dataset", (5,), 3))))
+
+
+async def test_the_training_process_reading_its_data_shows_in_the_status(fixed_env, monkeypatch):
+    """A big CSV file takes the training process seconds to read: its progress (nncore.tabular's, relayed by the
+    child as "loading" lines) replaces "starting a training process…" until the run starts."""
+    import multiprocessing as mp
+
+    from textual.widgets import Static
+
+    from nncore import tabular
+    from tui.child import _loading_progress
+    from tui.state import RunRecord
+
+    monkeypatch.setattr(tabular, "progress", None)
+    theirs, ours = mp.Pipe()
+    _loading_progress(ours)
+    tabular.progress("/data/kdd.csv", 120_000, 3 * 2**20, 10 * 2**20, False)
+    msg = json.loads(theirs.recv())
+    assert msg == {"event": "loading", "message": "reading kdd.csv 30%"}
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        app.current = RunRecord("quadrant", "cpu-serial", 1, 32, 0)
+        app.runs.append(app.current)
+        state = app.query_one("#run-state", Static)
+        app._run_message(msg)
+        assert "reading kdd.csv 30%" in str(state.render())
+        app._run_message(scripted_run()[0])  # run_started: the status is the run's again
+        await pilot.pause()
+        assert "reading" not in str(state.render())
