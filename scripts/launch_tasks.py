@@ -2,7 +2,8 @@
 on its own), and by where the loops' bounds come from: an argument, the ndarray's shape, a template.
 
 Usage: python scripts/launch_tasks.py [cuda|cpu]. Prints microseconds per launch from Python (500 launches of
-a kernel over a 64x1024 ndarray): host time to issue them, and total with the final sync.
+a kernel over a 64x1024 ndarray): time to issue them, and total with the final sync. Back to back, the launches
+can fill the driver's queue, so "host" may include waiting on the GPU: host and GPU time mixed.
 """
 import sys
 import time

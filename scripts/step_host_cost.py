@@ -4,8 +4,9 @@ Taichi's graph.run (the arguments read from the recording, then the launch), per
 Usage: [LAYERLAB_FUSED_STEP=0|1] [PROF=1] [N=200] python scripts/step_host_cost.py ARCH WORKLOADS BATCHES
 e.g. python scripts/step_host_cost.py cuda net-1h,cnn64 64,1000
 
-N steps run without a sync; "host" is the time to issue them, "step" includes the final sync, so a step whose
-host time equals its step time is bound by the host. PROF=1 turns on Taichi's kernel profiler and prints each
+N steps run without a sync; "host" is the time to issue them, "step" includes the final sync. Where the host
+is the bottleneck the two are equal; where the GPU is, the host runs ahead until the driver's launch queue is
+full and then waits, and finishes early by what is still queued. PROF=1 turns on Taichi's kernel profiler and prints each
 offloaded task's GPU time (the profiler's events slow the step itself).
 """
 import collections
