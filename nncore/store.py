@@ -412,12 +412,14 @@ class Recorder:
                 self.kind, self.name, e["config"], arch=e["arch"], threads=e["threads"], ranks=e.get("ranks", 1),
                 device=e["device"], n_params=e["n_params"], steps_per_epoch=e["steps_per_epoch"],
                 train_samples=e["train_samples"], test_samples=e["test_samples"])
-        elif self.run_id is None:
+            return
+        if self.run_id is None:
             if kind != "run_failed":
                 return
+            # Failed before it started (e.g. the backend is unavailable): recorded as failed, with its error.
             self.run_id = self.store.begin(self.kind, self.name, self.config, arch=self.config.get("train", {})
                                            .get("arch"))
-        elif kind == "step":
+        if kind == "step":
             self.steps.append(e)
         elif kind == "epoch_end":
             self.store.add_epoch(self.run_id, e, self.steps)

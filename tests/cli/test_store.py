@@ -14,7 +14,7 @@ import time
 import pytest
 
 from nncore.config import load_config
-from nncore.events import EpochEnd, RunFinished, Step
+from nncore.events import EpochEnd, RunFailed, RunFinished, Step
 from nncore.store import SCHEMA_VERSION, Recorder, Store, StoreError
 from nncore.train import Trainer
 from tests.cli.test_cli import layerlab, one_line_error
@@ -171,6 +171,16 @@ def test_no_store_records_nothing_and_a_failed_run_is_recorded(tmp_path):
     assert proc.returncode == 3
     (run,) = Store(path).runs()
     assert run["status"] == "failed" and run["exit_code"] == 3 and "non-finite" in run["error"]
+
+
+def test_a_run_that_fails_before_it_starts_is_recorded_failed_not_died(tmp_path):
+    """A backend refused when the run sets up (RunFailed with no RunStarted before it) is a failed run with its
+    error and exit code, not one left "running" for the next open to call died."""
+    path = tmp_path / "runs.sqlite"
+    recorder = Recorder(Store(path), "quadrant", load_config("quadrant").to_dict())
+    recorder(RunFailed("cuda is unavailable: no CUDA driver", 4, 0, 0))
+    (run,) = Store(path).runs()
+    assert run["status"] == "failed" and run["exit_code"] == 4 and run["error"].startswith("cuda is unavailable")
 
 
 def test_sweeps_and_benchmarks_are_recorded_with_their_points(tmp_path):
