@@ -478,15 +478,15 @@ async def test_a_csv_file_is_read_in_the_background_and_fed_to_the_model_view(fi
         app.query_one("#path", Input).focus()
         await type_keys(pilot, list(str(path)))
         pane = app.query_one("#settings-pane")
-        await wait_for(pilot, lambda: pane.data is not None, 30)
+        model = app.query_one("#model-pane")
+        # The Model view hears of the file a message after the Data view: wait for both (under load they part).
+        await wait_for(pilot, lambda: pane.data is not None and model.data is pane.data, 30)
         ds = tabular.load_csv(str(path))
         assert pane.data.input_shape == ds.input_shape and pane.data.n_classes == ds.n_classes
         assert "✓ settings are valid; kdd.csv" in screen_text(app)
-        model = app.query_one("#model-pane")
-        assert model.data is pane.data  # the Model view checks the network against the file, and shows its width
         assert app.query_one("#input-shape", Input).placeholder == f"data: {ds.input_shape[0]}"
-        assert app.query_one("#start", Button).disabled  # quadrant's 2-input network does not fit
-        app.query_one("#label", Input).value = "protocol_type"
+        await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 30)  # quadrant's 2-input network
+        app.query_one("#label", Input).value = "protocol_type"                     # does not fit
         await wait_for(pilot, lambda: pane.data is not None and pane.data.n_classes == 3, 30)
         assert app.is_running
 
