@@ -102,6 +102,11 @@ def test_classes_are_checked_against_the_loss():
                      "loss": "cross_entropy"}, {"dataset": "fashion-subset", "limit": 10})
     _, end = run(cfg)
     assert isinstance(end, ev.RunFailed) and "fit for 3 classes, but the dataset fashion-subset has 10" in end.error
+    assert end.error.endswith("; set the last layer's out_features to 10")  # what to change, in the message
+    cfg = RunConfig({"layers": [{"type": "Flatten"}, {"type": "Linear", "out_features": 1}], "loss": "bce"},
+                    {"dataset": "fashion-subset", "limit": 10})
+    _, end = run(cfg)
+    assert end.error.endswith("bce fits 2 classes only: use cross_entropy, with out_features = 10")
 
 
 def test_paused_time_is_left_out_of_rates_and_times():
