@@ -482,3 +482,25 @@ async def test_the_training_process_reading_its_data_shows_in_the_status(fixed_e
         app._run_message(scripted_run()[0])  # run_started: the status is the run's again
         await pilot.pause()
         assert "reading" not in str(state.render())
+
+
+async def test_a_finished_run_shows_its_last_step_though_the_last_step_events_were_not_sent(fixed_env):
+    """Step events are throttled, so the last one shown can be a few steps short of the end: the finished run's
+    progress line and bar say where it really ended."""
+    from textual.widgets import ProgressBar, Static
+
+    from tui.state import RunRecord
+
+    events = scripted_run(epochs=3, steps_per_epoch=10)
+    last_steps = [i for i, m in enumerate(events) if m["event"] == "step"][-3:]
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        app.current = RunRecord("quadrant", "cpu-serial", 1, 32, 0)
+        app.runs.append(app.current)
+        for i, msg in enumerate(events):
+            if i not in last_steps:
+                app._run_message(msg)
+        await pilot.pause()
+        line = str(app.query_one("#progress-label", Static).render())
+        assert "step 30/30" in line and "step 27/30" not in line, line
+        assert app.query_one("#progress", ProgressBar).progress == 30

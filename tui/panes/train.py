@@ -148,8 +148,14 @@ class TrainPane(Guarded, Vertical):
     def on_end(self, steps_done: int, outcome: str = "") -> None:
         """The run ended: the bar stops where it got to (never pulsing on after it), and the progress line says
         how it ended in full (the status beside the buttons may be cut short on a narrow terminal)."""
+        parts = [p for p in self.progress_parts if not p.startswith("ETA")]
+        if steps_done:  # the last step event shown may be a few steps short of the end (they are throttled)
+            parts = [f"step {steps_done:,}/{p.split('/', 1)[1]}" if p.startswith("step ") and "/" in p else p
+                     for p in parts]
         if outcome:  # the outcome, then where the run got to (no ETA: nothing is left to wait for)
-            self._show_parts([outcome, *[p for p in self.progress_parts if not p.startswith("ETA")]])
+            self._show_parts([outcome, *parts])
         bar = self.query_one("#progress", ProgressBar)
         if bar.total is None:
             bar.update(total=max(steps_done, 1), progress=steps_done)
+        elif steps_done:
+            bar.update(progress=steps_done)
