@@ -1,6 +1,8 @@
 """The decision boundary of a 2-D classifier: predicted probability as cell colour, test points on top."""
 from __future__ import annotations
 
+import textwrap
+
 from rich.color import Color
 from rich.segment import Segment
 from rich.style import Style
@@ -42,7 +44,8 @@ class BoundaryPlot(Widget):
     def render_line(self, y: int) -> Strip:
         w, h = self.size.width, self.size.height
         if not self.grid or w < 2 or h < 2:
-            text = self.note if y == 0 and not self.grid else ""
+            lines = textwrap.wrap(self.note, max(w, 1)) if not self.grid else []  # the note, wrapped to the width
+            text = lines[y] if y < len(lines) else ""
             return Strip([Segment(text[:w].ljust(w))])
         cols, rows = self.grid["res"]
         prob = self.grid["prob"]
