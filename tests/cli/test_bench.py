@@ -42,3 +42,15 @@ def test_bench_bad_options_are_one_line_errors(args, needle):
     proc = layerlab("bench", "--no-torch", *args)
     assert proc.returncode == 2, proc.stderr
     one_line_error(proc, needle)
+
+
+def test_an_unavailable_backend_is_refused_before_the_table():
+    """`bench --arch cuda` without a working GPU: exit 4 and one line, and none of the table on stdout."""
+    from nncore import runtime
+
+    cuda = {s.name: s for s in runtime.available_archs()}["cuda"]
+    if cuda.available:
+        pytest.skip("this machine has a working CUDA backend: nothing to refuse")
+    proc = layerlab("bench", "--arch", "cuda", "--workloads", "net-1h", "--batch", "64", "--no-store")
+    assert proc.returncode == 4 and proc.stdout == ""
+    one_line_error(proc, "cuda is unavailable")
