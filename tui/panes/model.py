@@ -105,7 +105,8 @@ class ModelPane(Guarded, Vertical):
         presets = [(name, name) for name in preset_configs()] + [(EMPTY, EMPTY)]
         with Horizontal(id="model-top"):
             yield Label("preset", classes="field-label")
-            yield Select(presets, prompt="preset", id="preset", allow_blank=True, compact=True, type_to_search=False)
+            yield Select(presets, prompt="(none)", id="preset", allow_blank=True, compact=True,  # (not a preset)
+                         type_to_search=False)
             yield Label("input", classes="field-label")
             yield Input(id="input-shape", placeholder="from data", compact=True,
                         tooltip="[features] or channels,height,width; empty: the dataset's")
