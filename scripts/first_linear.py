@@ -14,7 +14,9 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout too
 IN, OUT, REPS = 784, 1024, 200
 
 TORCH = r"""
@@ -50,13 +52,15 @@ def main() -> int:
     ap.add_argument("--json")
     args = ap.parse_args()
 
-    import numpy as np
+    try:
+        import numpy as np
 
-    from nncore import runtime
-    from nncore.kernels import gemm_cuda as G
-    from nncore.runtime import ti
-
-    from nncore.errors import BackendUnavailable
+        from nncore import runtime
+        from nncore.errors import BackendUnavailable
+        from nncore.kernels import gemm_cuda as G
+        from nncore.runtime import ti
+    except ModuleNotFoundError as e:
+        sys.exit(f"first_linear.py: {e.name} is not installed here: install layerlab first (pip install -e .)")
 
     try:
         runtime.init("cuda")

@@ -14,7 +14,11 @@ import os
 import sys
 import time
 
+from pathlib import Path
+
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout too
 from nncore import runtime, graph as G
 from nncore.bench import workload_model, _data, POOL
 from nncore.network import Sequential

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# What a lent GPU machine runs in one call before CUDA work is called done, and the figures the docs quote:
+# the CUDA tests, the CUDA bench against PyTorch eager and with its step in a CUDA graph, and the first Linear
+# against cuBLAS. Outputs go to $OUT (the device's result folder) or ./gpu-out; a summary to stdout.
+# Usage, from the project root: bash scripts/gpu_checks.sh [quick]   (quick: net-1h and cnn64, 3 repeats)
+set -u
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+export LAYERLAB_HOME=${LAYERLAB_HOME:-/tmp/layerlab-gpu-home}
+nvidia-smi -L 2>/dev/null || echo "nvidia-smi: not found"
+# The app's tests need the app's test plugins, which the GPU image may lack; no CUDA test lives there.
+python3 -m pytest -q -p no:cacheprovider -m gpu --ignore=tests/tui > "$out/pytest-gpu.txt" 2>&1
+echo "pytest -m gpu: exit $?, $(tail -n 1 "$out/pytest-gpu.txt")"
+workloads=() repeats=5
+if [ "${1:-}" = quick ]; then workloads=(--workloads net-1h,cnn64); repeats=3; fi
+python3 -m nncore.cli bench --arch cuda --torch-mode eager,graph --steps 50 --repeats "$repeats" --batch 64,256,1000 \
+    "${workloads[@]}" --no-store --json "$out/bench-cuda.json" > "$out/bench-cuda.txt" 2>&1
+echo "bench: exit $?"
+grep -v "Warning\|Save a field" "$out/bench-cuda.txt" | head -n 20
+python3 scripts/first_linear.py --batch 64,256,1000 --json "$out/first-linear.json" > "$out/first-linear.txt" 2>&1
+echo "first_linear: exit $?"
+grep -v "Warning\|Save a field" "$out/first-linear.txt"
