@@ -69,6 +69,17 @@ def _data(model: dict, seed: int = 0):
     return x, y
 
 
+def device_pool(x: np.ndarray, y: np.ndarray) -> tuple:
+    """The pool on the device, as ``gather_rows`` reads it: inputs flattened (POOL, features), labels, and the
+    identity order."""
+    xs = ti.ndarray(ti.f32, shape=(len(x), x[0].size))
+    xs.from_numpy(x.reshape(len(x), -1))
+    ys, order = ti.ndarray(ti.i32, shape=(len(y),)), ti.ndarray(ti.i32, shape=(len(y),))
+    ys.from_numpy(y)
+    order.from_numpy(np.arange(len(y), dtype=np.int32))
+    return xs, ys, order
+
+
 def _flops_per_step(net: Sequential, batch: int) -> int:
     return sum(r["flops_fwd"] + r["flops_bwd"] for r in net.summary(batch))
 
@@ -93,11 +104,7 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
     init = net.state_dict()
     opt = SGD(net.n_params, lr=lr)
     x, y = _data(model)
-    xs = ti.ndarray(ti.f32, shape=(POOL, x[0].size))
-    xs.from_numpy(x.reshape(POOL, -1))
-    ys, order = ti.ndarray(ti.i32, shape=(POOL,)), ti.ndarray(ti.i32, shape=(POOL,))
-    ys.from_numpy(y)
-    order.from_numpy(np.arange(POOL, dtype=np.int32))
+    xs, ys, order = device_pool(x, y)
     ws = net.workspace(batch)
     starts = [(i * batch) % (POOL - batch + 1) for i in range(steps)]
 

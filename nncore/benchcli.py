@@ -5,7 +5,7 @@ import json
 import sys
 
 from . import bench, runtime
-from .errors import BackendUnavailable, ConfigError, LayerlabError
+from .errors import ConfigError, LayerlabError
 from .fileio import check_output, write_or_rescue
 from .limits import ascii_int
 from .peer import PeerError
@@ -69,9 +69,7 @@ def _peer(make):
 def run_bench(args) -> int:
     try:
         names, batches = _check(args)
-        status = {s.name: s for s in runtime.available_archs()}[args.arch]
-        if not status.available:  # refused before any of the table is printed
-            raise BackendUnavailable(f"{args.arch} is unavailable: {status.reason}")
+        runtime.require_available(args.arch)  # refused before any of the table is printed
     except LayerlabError as exc:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code

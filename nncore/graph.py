@@ -112,8 +112,7 @@ def _compiled(kern, args, in_place: bool):
 def _signature(calls) -> tuple:
     """What a graph is cached under: each call's kernel and its template values (other arguments are
     symbolic; their dtypes and dimensions are fixed by the kernels' annotations)."""
-    return tuple((kern, in_place, tuple(args[i] for i in _slots(kern).templates))
-                 for kern, args, in_place in calls)
+    return _key(calls, False)[0]
 
 
 def _values(calls) -> dict:
@@ -164,9 +163,7 @@ def _as_func(kern):
 
 def _sharing(calls) -> tuple:
     """Which runtime arguments are the same ndarray: each ndarray argument's index among the distinct ones."""
-    seen: dict = {}
-    return tuple(seen.setdefault(id(args[i]), len(seen))
-                 for kern, args, _ in calls for i, kind in _slots(kern).runtime if kind == "nd")
+    return _key(calls, True)[1]
 
 
 def _n_params(calls) -> int:
@@ -259,8 +256,8 @@ def apply_plan(plan, calls) -> list:
 
 
 def _key(calls, fused: bool) -> tuple:
-    """What a step's graph is cached under: ``_signature``, and where ``fused`` is on (a fused kernel's parameters
-    follow the ndarrays' sharing) ``_sharing`` too."""
+    """What a step's graph is cached under, in one pass: (``_signature``, and where ``fused`` is on ``_sharing``
+    too, since a fused kernel's parameters follow the ndarrays' sharing; else None)."""
     try:
         return _key_of(calls, fused)
     except AttributeError:  # a kernel seen for the first time: make its _slots

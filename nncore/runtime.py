@@ -206,6 +206,15 @@ def _probe_cuda() -> tuple[bool, str, str]:
 _cuda_probe: tuple[bool, str, str] | None = None
 
 
+def require_available(arch: str) -> ArchStatus:
+    """``arch``'s status where it works here (``available_archs``; nothing started), else BackendUnavailable
+    with the reason."""
+    status = {s.name: s for s in available_archs()}[arch]
+    if not status.available:
+        raise BackendUnavailable(f"{arch} is unavailable: {status.reason}")
+    return status
+
+
 def available_archs() -> list[ArchStatus]:
     """Each backend with whether it works here and, if not, why. Does not touch the runtime."""
     global _cuda_probe
@@ -266,9 +275,7 @@ def init(arch: str = "cpu-parallel", threads: int | None = None, pin: bool = Tru
         raise ConfigError(f"threads {threads!r} must be a positive integer")
     if arch == "cpu-serial" and threads not in (None, 1):
         raise ConfigError(f"threads {threads} does not fit cpu-serial, which runs one thread")
-    status = {s.name: s for s in available_archs()}[arch]
-    if not status.available:
-        raise BackendUnavailable(f"{arch} is unavailable: {status.reason}")
+    status = require_available(arch)
     if arch == "cuda":
         n_threads = 0
         kwargs = dict(arch=ti.cuda)

@@ -8,7 +8,7 @@ from . import analysis, runtime, sweep
 from .benchcli import _ints
 from .fileio import check_output
 from .config import load_config
-from .errors import BackendUnavailable, ConfigError, LayerlabError
+from .errors import ConfigError, LayerlabError
 
 
 def _archs(text: str) -> list[str]:
@@ -16,10 +16,8 @@ def _archs(text: str) -> list[str]:
     bad = [a for a in archs if a not in runtime.ARCHS]
     if bad or not archs:
         raise ConfigError(f"--archs: unknown arch {bad[0] if bad else '(none)'!r}; choose from {', '.join(runtime.ARCHS)}")
-    status = {s.name: s for s in runtime.available_archs()}
     for a in archs:
-        if not status[a].available:
-            raise BackendUnavailable(f"{a} is unavailable: {status[a].reason}")
+        runtime.require_available(a)
     return archs
 
 

@@ -10,9 +10,8 @@ recording the launches alone, recording plus the graph's arguments, replaying a 
 step, and the same step launched kernel by kernel from Python.
 """
 import sys, time, os
-import numpy as np
 from nncore import runtime
-from nncore.bench import workload_model, _data
+from nncore.bench import workload_model, _data, device_pool
 from nncore.network import Sequential
 from nncore.optim import SGD
 from nncore.kernels.data import gather_rows
@@ -25,9 +24,7 @@ net = Sequential.from_spec(model); opt = SGD(net.n_params, lr=0.01)
 net.graphs = G.StepGraphs(enabled=True)
 ws = net.workspace(batch)
 x, y = _data(model)
-xs = ti.ndarray(ti.f32, shape=(4096, x[0].size)); xs.from_numpy(x.reshape(4096, -1))
-ys = ti.ndarray(ti.i32, shape=(4096,)); ys.from_numpy(y)
-order = ti.ndarray(ti.i32, shape=(4096,)); order.from_numpy(np.arange(4096, dtype=np.int32))
+xs, ys, order = device_pool(x, y)
 gather = lambda: gather_rows(ws.x, ws.labels, xs, ys, order, 0)
 step = lambda: net.train_step(ws, opt, gather=gather)
 def fn():  # the step's launches one by one (recorded, below: its launches, not its graph)

@@ -16,11 +16,9 @@ import time
 
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout too
 from nncore import runtime, graph as G
-from nncore.bench import workload_model, _data, POOL
+from nncore.bench import POOL, workload_model, _data, device_pool
 from nncore.network import Sequential
 from nncore.optim import SGD
 from nncore.kernels.data import gather_rows
@@ -59,12 +57,7 @@ for name in names:
         net = Sequential.from_spec(model, seed=0)
         opt = SGD(net.n_params, lr=0.01)
         x, y = _data(model)
-        xs = ti.ndarray(ti.f32, shape=(POOL, x[0].size))
-        xs.from_numpy(x.reshape(POOL, -1))
-        ys = ti.ndarray(ti.i32, shape=(POOL,))
-        ys.from_numpy(y)
-        order = ti.ndarray(ti.i32, shape=(POOL,))
-        order.from_numpy(np.arange(POOL, dtype=np.int32))
+        xs, ys, order = device_pool(x, y)
         ws = net.workspace(batch)
         starts = [(i * batch) % (POOL - batch + 1) for i in range(N)]
 
