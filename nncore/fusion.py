@@ -33,10 +33,13 @@ class Part:
     grad_from: int | None = None  # backward reads this gradient (index into the workspace's dacts), not j + 1's
     dinp_elsewhere: bool = False  # a later part computes this part's input gradient where it uses it
 
-    def forward(self, ws, params) -> None:
+    def forward(self, ws, params, packed: bool = False) -> None:
+        """``packed``: the workspace's panels of this part's W hold W as it is now (nncore.network says when),
+        so the forward need not pack them (only for a part with an ``sgd_range``)."""
         i, j = self.first, self.last
         runner = self.fused or self.layers[0]
-        runner.forward(ws.acts[j + 1], ws.acts[i], params, ws.scratch[i])
+        kw = {"packed": True} if packed else {}
+        runner.forward(ws.acts[j + 1], ws.acts[i], params, ws.scratch[i], **kw)
 
     def backward(self, ws, params, dparams, need_dinp: bool, sgd=None) -> None:
         """``sgd`` (optim.SGD.fused()): where ``sgd_range`` is not None, W gets SGD's step instead of its
@@ -173,10 +176,10 @@ class LinearAct:
             shapes["wn"] = ("v16", K_gemm.strips_shape(self.nxt.out_features, self.nxt.in_features))
         return shapes
 
-    def forward(self, out, inp, params, scratch) -> None:
+    def forward(self, out, inp, params, scratch, packed: bool = False) -> None:
         lin = self.linear
         if on_cpu():
-            return lin.forward(out, inp, params, scratch, self.kind)
+            return lin.forward(out, inp, params, scratch, self.kind, packed)
         K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind,
                                    partial=scratch.get("partial"))
 

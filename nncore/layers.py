@@ -143,14 +143,15 @@ class Linear(Layer):
             return {"partial": ("f32", (batch, self.out_features * K_tiled.SPLIT))}
         return {}
 
-    def forward(self, out, inp, params, scratch, kind=0):
+    def forward(self, out, inp, params, scratch, kind=0, packed=False):
         """``kind``: the activation fused after it on the CPU (nncore.fusion.LinearAct; 0 none), which needs the
-        staged kernels (``K_gemm.staging_pays``)."""
+        staged kernels (``K_gemm.staging_pays``). ``packed`` (CPU): scratch's W panels already hold this W."""
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if "wt" in scratch:
             if "xp" in scratch:
                 K_gemm.stage_panels(scratch["xp"], inp, inp, 0)
-                K_gemm.linear_forward_cpu(out, scratch["xp"], scratch["wt"], params, w_off, b_off, self.cl_c, kind)
+                K_gemm.linear_forward_cpu(out, scratch["xp"], scratch["wt"], params, w_off, b_off, self.cl_c, kind,
+                                          packed)
             else:
                 K_gemm.weight_panels(scratch["wt"], params, w_off, self.out_features, self.cl_c)
                 K_gemm.linear_forward_cpu_direct(out, inp, scratch["wt"], params, b_off)

@@ -265,11 +265,20 @@ class Sequential:
         self.parts = plan(self.layers, self.need_dinp)  # which layers run fused depends on the backend
         self.graphs = StepGraphs()  # on unless LAYERLAB_GRAPHS=0
         n = max(self.n_params, 1)
-        self.params = ti.ndarray(ti.f32, shape=(n,))
+        self._params = ti.ndarray(ti.f32, shape=(n,))
+        self._packed = None  # (workspace, parts): whose W panels in that workspace hold W as it is (``params``)
         self.grads = ti.ndarray(ti.f32, shape=(n,))
         self.grads.fill(0.0)
         self._workspaces: dict[int, Workspace] = {}
         self.load_state_dict(state)
+
+    @property
+    def params(self):
+        """The flat parameter buffer (PyTorch's order). Handing it out counts as a write: the CPU's fused SGD step
+        leaves the wide Linears' W packed as panels for the next forward (``_packed``), and after anyone else
+        may have changed W, the next forward packs them again."""
+        self._packed = None
+        return self._params
 
     def _check_live(self) -> None:
         if self._gen != runtime.generation():
@@ -324,9 +333,16 @@ class Sequential:
 
     def forward(self, ws: Workspace):
         self._check_live()
-        for part in self.parts:
-            part.forward(ws, self.params)
+        packed = self._packed[1] if self._packed is not None and self._packed[0] is ws else ()
+        for k, part in enumerate(self.parts):
+            part.forward(ws, self._params, k in packed)
         return ws.logits
+
+    def _stepped(self, ws: Workspace, applied: list) -> None:
+        """After a step on ``ws`` whose backward applied SGD to the W ranges ``applied``: those parts' panels in
+        ``ws`` now hold the new W (gemm_cpu.linear_dweight), and every other workspace's are out of date."""
+        self._packed = (ws, frozenset(k for k, p in enumerate(self.parts) if p.sgd_range() in applied)) \
+            if applied else None
 
     def loss_grad(self, ws: Workspace) -> None:
         """Per-sample losses and d(loss)/d(logits) into ``ws``."""
@@ -338,7 +354,7 @@ class Sequential:
         """Gradients of every parameter into ``self.grads`` (overwritten, not accumulated); with ``sgd``
         (optim.SGD.fused()), SGD's step applied instead to the W ranges of ``_sgd_applied``."""
         for part in reversed(self.parts):
-            part.backward(ws, self.params, self.grads, self.need_dinp[part.first], sgd)
+            part.backward(ws, self._params, self.grads, self.need_dinp[part.first], sgd)
 
     def timed_step(self, ws: Workspace, optimizer, gather, reduce=None) -> dict[str, np.ndarray | float]:
         """One training step with a device sync after each part: seconds for ``gather()`` (the batch), each
@@ -351,8 +367,9 @@ class Sequential:
         gather()
         sync()
         t = {"data": (t1 := now()) - t0}
+        packed = self._packed[1] if self._packed is not None and self._packed[0] is ws else ()
         for k, part in enumerate(self.parts):
-            part.forward(ws, self.params)
+            part.forward(ws, self._params, k in packed)
             sync()
             fwd[k] = (t2 := now()) - t1
             t1 = t2
@@ -364,7 +381,7 @@ class Sequential:
         sgd = optimizer.fused() if applied else None
         for k in range(n - 1, -1, -1):
             part = self.parts[k]
-            part.backward(ws, self.params, self.grads, self.need_dinp[part.first], sgd)
+            part.backward(ws, self._params, self.grads, self.need_dinp[part.first], sgd)
             sync()
             bwd[k] = (t2 := now()) - t1
             t1 = t2
@@ -374,6 +391,7 @@ class Sequential:
             t["allreduce"] = (t2 := now()) - t1
             t1 = t2
         self._update(optimizer, applied)
+        self._stepped(ws, applied)
         sync()
         t["optimizer"] = now() - t1
         return {"fwd": fwd, "bwd": bwd, **t}
@@ -395,9 +413,9 @@ class Sequential:
     def _update(self, optimizer, applied: list) -> None:
         """The optimizer's step on every parameter outside ``applied`` (``_sgd_applied``)."""
         if applied:
-            optimizer.step(self.params, self.grads, applied)
+            optimizer.step(self._params, self.grads, applied)
         else:
-            optimizer.step(self.params, self.grads)
+            optimizer.step(self._params, self.grads)
 
     def train_step(self, ws: Workspace, optimizer, reduce=None, gather=None, after=None) -> None:
         """Forward, loss, backward and update on the batch in ``ws``; all on the device except ``reduce()``,
@@ -426,6 +444,7 @@ class Sequential:
         if reduce is not None:
             reduce()
             self.graphs.run(update)
+        self._stepped(ws, applied)
 
     def predict(self, x: np.ndarray, batch: int = 256) -> np.ndarray:
         """Logits for host inputs (tests, interop): copies in and out, so not for the training loop."""
@@ -442,7 +461,7 @@ class Sequential:
     def state_dict(self) -> dict[str, np.ndarray]:
         """Host copies of the weights with PyTorch nn.Sequential names and shapes."""
         self._check_live()
-        flat = self.params.to_numpy()
+        flat = self._params.to_numpy()
         out = {}
         for i, layer in enumerate(self.layers):
             for name, shape in layer.param_shapes().items():
@@ -467,7 +486,8 @@ class Sequential:
             for name, shape in layer.param_shapes().items():
                 off = layer.offsets[name]
                 flat[off:off + int(math.prod(shape))] = _weights_f32(state[f"{i}.{name}"], f"{source}: {i}.{name}")
-        self.params.from_numpy(flat)
+        self._params.from_numpy(flat)
+        self._packed = None
 
     def save_weights(self, path) -> None:
         """Write an .npz loadable by ``torch.nn.Sequential.load_state_dict`` (via torch.from_numpy); atomic."""

@@ -19,7 +19,8 @@ Staging per product (all O(size of an operand), against the product's O(M*N*K)):
 - weight gradient, formed as dW^T = inp^T @ dz with dz = dout * act'(out): A = inp^T, whose panels are inp's
   strips (``stage_strips``), B = dz as strips (``stage_dz``, which also sums the bias gradient; ``stage_dz_from``
   where a narrow Linear follows and leaves its input gradient, this layer's dout, to be formed here); dW^T's
-  vectors run along the outputs, as W's panels do, so plain SGD can be applied to W right there;
+  vectors run along the outputs, as W's panels do, so plain SGD can be applied to W right there, and to
+  the panels, which the next step's forward then reads as they are;
 - input gradient, dinp = dz @ W: A = dz as panels (``stage_panels`` with the activation), B = W as strips
   (``weight_strips``).
 The activation after a Linear (ReLU, Sigmoid, Tanh; ``kind`` 1-3, 0 for none) runs in the forward's epilogue on
@@ -313,30 +314,49 @@ def _bias(params: ti.template(), b_off, n0, n_n):
 
 
 @sized(lambda out, xp, *_: n_elems(out) * xp.shape[1] // 40)
-def linear_forward_cpu(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_off: ti.i32, cl_c: ti.i32,
-                       kind: ti.template()):
-    # out: (B, OUT) f32 = act(inp @ W^T + b)   xp: inp as panels (stage_panels)   wt: scratch for W's panels
-    # (weight_panels' layout, filled here)   params[w_off:]: W (OUT, IN)   params[b_off:]: b (OUT,)
-    # cl_c: see _column
+def linear_forward_tiles(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_off: ti.i32, cl_c: ti.i32,
+                         groups: ti.i32, kind: ti.template(), pack: ti.template()):
+    # out: (B, OUT) f32 = act(inp @ W^T + b)   xp: inp as panels (stage_panels)   wt: W's panels (weight_panels'
+    # layout), packed here where ``pack`` is 1, else already holding this W   params[w_off:]: W (OUT, IN)
+    # params[b_off:]: b (OUT,)   cl_c: see _column   groups: groups of COLS strips per task (linear_forward_cpu)
     n_n, k_n = out.shape[1], xp.shape[1]
     mt, nt = xp.shape[0], wt.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for t in range((nt + COLS - 1) // COLS):
-        # A task takes COLS * 16 columns of W^T for every row of the batch: it packs them itself, so the panels
-        # (50 KiB each at IN = 784) are still in its core's cache for the tiles that read them (a separate
-        # packing kernel would write all of W's panels out to memory first), and it reads them from there once
-        # for the whole batch (tasks of single tiles had both cores fetch each panel).
-        nb = t * COLS
-        for j in ti.static(range(COLS)):
-            if nb + j < nt:
-                _pack_weight_panel(wt, params, w_off, nb + j, n_n, cl_c)
-        bias = [_bias(params, b_off, (nb + j) * L, n_n) for j in ti.static(range(COLS))]
+    for t in range((nt + groups * COLS - 1) // (groups * COLS)):
+        # A task takes ``groups`` * COLS * 16 columns of W^T for every row of the batch. It packs them itself, so
+        # the panels (50 KiB each at IN = 784) are still in its core's cache for the tiles that read them (a
+        # separate packing kernel would write all of W's panels out to memory first), and it reads each of the
+        # input's panels once from memory for all of its columns: with one group per task, a batch of 1,000
+        # streamed the whole input (3.1 MB, beyond L2) once per 32 columns.
+        n0 = t * groups * COLS
+        if ti.static(pack):
+            for ob in range(n0, ti.min(n0 + groups * COLS, nt)):
+                _pack_weight_panel(wt, params, w_off, ob, n_n, cl_c)
         for mb in range(mt):
-            for g in range(_groups(out.shape[0] - mb * L)):
-                r0 = g * ROWS
-                acc = _tile(xp, wt, mb, nb, k_n, r0)
-                for j in ti.static(range(COLS)):
-                    _store_act(out, acc, bias[j], mb * L + r0, (nb + j) * L, kind, j)
+            for s in range(groups):
+                nb = n0 + s * COLS
+                if nb < nt:
+                    bias = [_bias(params, b_off, (nb + j) * L, n_n) for j in ti.static(range(COLS))]
+                    for g in range(_groups(out.shape[0] - mb * L)):
+                        r0 = g * ROWS
+                        acc = _tile(xp, wt, mb, nb, k_n, r0)
+                        for j in ti.static(range(COLS)):
+                            _store_act(out, acc, bias[j], mb * L + r0, (nb + j) * L, kind, j)
+
+
+def forward_groups(n_out: int) -> int:
+    """Groups of COLS strips per task of the staged forward: up to 4 (each input panel read from memory once
+    for 4x the columns), while the tasks still number at least four per thread."""
+    threads = max(1, getattr(runtime.current(), "threads", 1) or 1)
+    return max(1, min(4, -(-n_out // L) // COLS // (4 * threads)))
+
+
+def linear_forward_cpu(out, xp, wt, params, w_off: int, b_off: int, cl_c: int, kind: int, packed: bool = False):
+    """The staged forward, act(inp @ W^T + b) into out (``linear_forward_tiles``). ``packed``: wt already holds
+    this W's panels (the fused SGD step of the weight gradient keeps them; nncore.network says when), so the
+    forward skips packing them."""
+    linear_forward_tiles(out, xp, wt, params, w_off, b_off, cl_c, forward_groups(out.shape[1]), kind,
+                         0 if packed else 1)
 
 
 @ti.func
@@ -345,8 +365,8 @@ def _store_dweight(dparams: ti.template(), wt: ti.template(), acc: ti.template()
     """A tile of dW^T (see ``_tile``: rows are input features f0.., strips the outputs of strips ob0..) into
     dparams[w_off:], dW (OUT, IN) (columns in the input's order: see _column), only what exists. With ``sgd`` > 0
     the gradient is not stored but applied to W in params: nncore.kernels.optim.sgd_step's arithmetic on whole
-    vectors, W read from the forward's panels ``wt`` (whose vectors are dW^T's), ``hyper`` = (lr, momentum,
-    weight decay); ``sgd`` 2 keeps the velocity."""
+    vectors, W read from the forward's panels ``wt`` (whose vectors are dW^T's) and written back to them as well,
+    ``hyper`` = (lr, momentum, weight decay); ``sgd`` 2 keeps the velocity."""
     n_ob = wt.shape[0]
     for i in ti.static(range(ROWS)):
         if f0 + i < n_in:
@@ -366,6 +386,8 @@ def _store_dweight(dparams: ti.template(), wt: ti.template(), acc: ti.template()
                         if ti.static(sgd == 2):
                             g = hyper[1] * V([velocity[at[l]] for l in ti.static(range(L))]) + g
                         w = w - hyper[0] * g
+                        # The new W into the panels too, so the next forward need not pack them again.
+                        wt[ob, f0 + i] = ti.select(VI([ob * L + l for l in ti.static(range(L))]) < n_out, w, 0.0)
                         for l in ti.static(range(L)):
                             if ob * L + l < n_out:
                                 params[at[l]] = w[l]
@@ -417,7 +439,8 @@ def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, wt: VA2, w_off: ti.i32, m_
 def linear_dweight(dparams, ds, xs, wt, w_off: int, n_out: int, n_in: int, cl_c: int, params=None,
                    sgd=None) -> None:
     """dW into dparams with linear_dweight_cpu, or, given ``params`` and ``sgd`` (optim.SGD.fused()), SGD's step
-    applied to W in params instead, read from ``wt``, W's panels as this step's forward packed them."""
+    applied to W in params instead, read from ``wt``, W's panels as this step's forward used them, which then
+    hold the new W."""
     by_rows = dweight_by_rows(n_out, n_in)
     if sgd is None:
         linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, by_rows, 0, dparams, dparams, 0.0, 0.0, 0.0)

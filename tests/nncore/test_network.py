@@ -398,3 +398,36 @@ def test_sgd_applied_in_backward_equals_the_optimizer_step(arch, pool, rng, mome
     start = Sequential(layers, shape, "cross_entropy", seed=3).state_dict()
     assert all(not np.array_equal(a[k], start[k]) for k in a if k.endswith("weight"))
     assert np.array_equal(opts[0].state_dict()["velocity"], opts[1].state_dict()["velocity"])
+
+
+@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
+@pytest.mark.parametrize("layers,shape", [(MLP_ODD, [29]), (CNN_WIDE, [2, 9, 11])])
+def test_packed_weights_kept_between_steps(arch, rng, layers, shape):
+    # After a fused SGD step the wide Linears' W panels in that step's workspace hold the new W, and the next
+    # forward on that workspace reads them without packing (Sequential._packed). Steps alternate between two
+    # batch sizes (two workspaces, so each sees W changed by the other's step) and W is overwritten through
+    # ``params`` between two steps; the reference has every step's forward pack W again. Weights and velocity
+    # must agree bit for bit after every step.
+    runtime.init(arch)
+    nets = [Sequential(layers, shape, "cross_entropy", seed=5) for _ in range(2)]
+    opts = [SGD(n.n_params, lr=0.1, momentum=0.9, weight_decay=0.01) for n in nets]
+    used = 0
+    for step, batch in enumerate([33, 33, 17, 33, 17, 17, 17, 33]):
+        x, y = rng.normal(size=(batch, math.prod(shape))), rng.integers(0, 5, size=batch)
+        if step == 6:  # a write from outside, between two steps on one workspace: W of the first wide
+            # Linear scaled, in both networks
+            for net in nets:
+                w = net.params.to_numpy()
+                w[: w.size // 3] *= 0.5
+                net.params.from_numpy(w)
+        for net, opt, keep in zip(nets, opts, (True, False)):
+            if not keep:
+                net.params  # (counts as a write: the next forward packs W again)
+            ws = net.workspace(batch)
+            ws.load(x, y)
+            used += keep and net._packed is not None and net._packed[0] is ws
+            net.train_step(ws, opt)
+        a, b = nets[0].state_dict(), nets[1].state_dict()  # (state_dict reads W without counting as a write)
+        assert all(np.array_equal(a[k], b[k]) for k in a), f"step {step}"
+        assert np.array_equal(opts[0].state_dict()["velocity"], opts[1].state_dict()["velocity"])
+    assert used == 2  # steps 1 and 5 followed a step on their workspace with nothing written in between
