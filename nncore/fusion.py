@@ -41,22 +41,32 @@ class Part:
         kw = {"packed": True} if packed else {}
         runner.forward(ws.acts[j + 1], ws.acts[i], params, ws.scratch[i], **kw)
 
-    def backward(self, ws, params, dparams, need_dinp: bool, sgd=None) -> None:
+    def backward(self, ws, params, dparams, need_dinp: bool, sgd=None, panels_only: bool = False) -> None:
         """``sgd`` (optim.SGD.fused()): where ``sgd_range`` is not None, W gets SGD's step instead of its
-        gradient (the optimizer then skips that range)."""
+        gradient (the optimizer then skips that range); ``panels_only``: the new W goes to the workspace's W
+        panels alone (``sync_weight`` copies it back to params)."""
         i, j = self.first, self.last
         runner = self.fused or self.layers[0]
         dout = ws.dacts[j + 1 if self.grad_from is None else self.grad_from]
-        kw = {"sgd": sgd} if sgd is not None and self.sgd_range() is not None else {}
+        kw = {"sgd": sgd, "panels_only": panels_only} if sgd is not None and self.sgd_range() is not None else {}
         runner.backward(ws.dacts[i], dparams, dout, ws.acts[i], ws.acts[j + 1], params, ws.scratch[i],
                         need_dinp and not self.dinp_elsewhere, **kw)
+
+    def _linear(self):
+        runner = self.fused or self.layers[0]
+        return runner.linear if isinstance(runner, LinearAct) else runner
+
+    def sync_weight(self, ws, params) -> None:
+        """Copy W back to params from the workspace's W panels, where a ``panels_only`` step left it."""
+        lin = self._linear()
+        K_gemm.weight_from_panels(params, ws.scratch[self.first]["wt"], lin.offsets["weight"], lin.out_features,
+                                  lin.cl_c)
 
     def sgd_range(self) -> tuple[int, int] | None:
         """The (lo, hi) range of the parameter buffer, a Linear's W, to which backward can apply SGD's step as
         it forms the gradient; None where it cannot. Not for a Linear whose W another part reads in backward
         (its input gradient computed elsewhere)."""
-        runner = self.fused or self.layers[0]
-        lin = runner.linear if isinstance(runner, LinearAct) else runner
+        lin = self._linear()
         if not isinstance(lin, Linear) or self.dinp_elsewhere or not lin.applies_sgd():
             return None
         lo = lin.offsets["weight"]
@@ -183,13 +193,14 @@ class LinearAct:
         K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind,
                                    partial=scratch.get("partial"))
 
-    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool, sgd=None) -> None:
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool, sgd=None,
+                 panels_only: bool = False) -> None:
         lin, nxt = self.linear, self.nxt
         if on_cpu():
             if nxt is not None:  # dout: the gradient at nxt's output
                 K_gemm.weight_strips(scratch["wn"], params, nxt.offsets["weight"], nxt.in_features, 0)
             return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind,
-                                scratch.get("wn"), sgd)
+                                scratch.get("wn"), sgd, panels_only)
         K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, out, params, lin.offsets["weight"], lin.offsets["bias"],
                                     need_dinp, self.kind)
 

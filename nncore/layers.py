@@ -158,13 +158,16 @@ class Linear(Layer):
         else:
             K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, partial=scratch.get("partial"))
 
-    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0, wn=None, sgd=None):
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0, wn=None, sgd=None,
+                 panels_only=False):
         """``out``: the output of the fused activation (``kind`` > 0, CPU), whose derivative it takes. ``wn``
         (CPU, nncore.fusion.LinearAct): the strips of the next Linear's W, ``dout`` then the gradient at that
         Linear's output, from which the gradient at this layer's output is formed (no input gradient then).
         ``sgd`` (CPU, where ``applies_sgd``: optim.SGD.fused()): W gets SGD's step instead of its gradient, after
-        the input gradient has read it."""
+        the input gradient has read it; with ``panels_only`` (no input gradient), the new W goes to scratch's W
+        panels alone and params' copy is left out of date (nncore.network keeps track)."""
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
+        assert not (panels_only and need_dinp)  # (the input gradient reads W from params)
         if "wt" in scratch:
             if need_dinp:
                 K_gemm.stage_panels(scratch["dp"], dout, out, kind)
@@ -177,7 +180,7 @@ class Linear(Layer):
             if "xs" in scratch:
                 K_gemm.stage_strips(scratch["xs"], inp)
                 K_gemm.linear_dweight(dparams, scratch["ds"], scratch["xs"], scratch["wt"], w_off, self.out_features,
-                                      self.in_features, self.cl_c, params, sgd)
+                                      self.in_features, self.cl_c, params, sgd, panels_only)
             else:
                 K_gemm.linear_dweight_cpu_narrow(dparams, scratch["ds"], inp, w_off, self.out_features, self.cl_c)
         else:  # (no activation: the output is never read, dout stands in for it)

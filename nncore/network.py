@@ -266,7 +266,9 @@ class Sequential:
         self.graphs = StepGraphs()  # on unless LAYERLAB_GRAPHS=0
         n = max(self.n_params, 1)
         self._params = ti.ndarray(ti.f32, shape=(n,))
-        self._packed = None  # (workspace, parts): whose W panels in that workspace hold W as it is (``params``)
+        # (workspace, parts, stale): the parts whose W panels in that workspace hold W as it is now, and of
+        # them those whose W in params is out of date (``_sync``); None: no panels are known to be current.
+        self._packed = None
         self.grads = ti.ndarray(ti.f32, shape=(n,))
         self.grads.fill(0.0)
         self._workspaces: dict[int, Workspace] = {}
@@ -274,11 +276,49 @@ class Sequential:
 
     @property
     def params(self):
-        """The flat parameter buffer (PyTorch's order). Handing it out counts as a write: the CPU's fused SGD step
-        leaves the wide Linears' W packed as panels for the next forward (``_packed``), and after anyone else
-        may have changed W, the next forward packs them again."""
+        """The flat parameter buffer (PyTorch's order), brought up to date. Handing it out counts as a write:
+        the CPU's fused SGD step keeps the wide Linears' W as panels for the next forward (``_packed``), and
+        after anyone else may have changed W, the next forward packs them again."""
+        self._sync()
         self._packed = None
         return self._params
+
+    def params_to_read(self):
+        """The flat parameter buffer brought up to date, for reading only: unlike ``params`` it keeps W packed
+        for the next step, so a write through it would go unseen."""
+        self._sync()
+        return self._params
+
+    def _sync(self) -> None:
+        """Copy back to params every W that a step left in its workspace's panels alone."""
+        if self._packed is not None and self._packed[2]:
+            ws, parts, stale = self._packed
+            for k in sorted(stale):
+                self.parts[k].sync_weight(ws, self._params)
+            self._packed = (ws, parts, frozenset())
+
+    def _panels_for(self, ws: Workspace) -> frozenset:
+        """The parts whose W panels in ``ws`` hold W as it is now (after bringing params up to date where another
+        workspace's panels hold it)."""
+        if self._packed is None:
+            return frozenset()
+        if self._packed[0] is not ws:
+            self._sync()
+            return frozenset()
+        return self._packed[1]
+
+    def _kept_in_panels(self, applied: list) -> frozenset:
+        """The parts whose new W a step that applies SGD to ``applied`` leaves in the panels alone: those that
+        form no input gradient (which would read W from params)."""
+        return frozenset(k for k, p in enumerate(self.parts)
+                         if p.sgd_range() in applied and not (self.need_dinp[p.first] and not p.dinp_elsewhere))
+
+    def _begin_step(self, applied: list) -> frozenset:
+        """Before a step: params brought up to date where this step will not keep W in the panels."""
+        keep = self._kept_in_panels(applied) if applied else frozenset()
+        if self._packed is not None and not self._packed[2] <= keep:
+            self._sync()
+        return keep
 
     def _check_live(self) -> None:
         if self._gen != runtime.generation():
@@ -333,15 +373,16 @@ class Sequential:
 
     def forward(self, ws: Workspace):
         self._check_live()
-        packed = self._packed[1] if self._packed is not None and self._packed[0] is ws else ()
+        packed = self._panels_for(ws)
         for k, part in enumerate(self.parts):
             part.forward(ws, self._params, k in packed)
         return ws.logits
 
-    def _stepped(self, ws: Workspace, applied: list) -> None:
+    def _stepped(self, ws: Workspace, applied: list, keep: frozenset) -> None:
         """After a step on ``ws`` whose backward applied SGD to the W ranges ``applied``: those parts' panels in
-        ``ws`` now hold the new W (gemm_cpu.linear_dweight), and every other workspace's are out of date."""
-        self._packed = (ws, frozenset(k for k, p in enumerate(self.parts) if p.sgd_range() in applied)) \
+        ``ws`` now hold the new W (gemm_cpu.linear_dweight), the parts in ``keep`` there alone, and every other
+        workspace's panels are out of date."""
+        self._packed = (ws, frozenset(k for k, p in enumerate(self.parts) if p.sgd_range() in applied), keep) \
             if applied else None
 
     def loss_grad(self, ws: Workspace) -> None:
@@ -350,11 +391,13 @@ class Sequential:
             raise ConfigError("the network has no loss; give one in the spec (loss = \"cross_entropy\")")
         self.loss.forward_backward(ws.losses, ws.dacts[-1], ws.logits, ws.labels)
 
-    def backward(self, ws: Workspace, sgd=None) -> None:
+    def backward(self, ws: Workspace, sgd=None, keep: frozenset = frozenset()) -> None:
         """Gradients of every parameter into ``self.grads`` (overwritten, not accumulated); with ``sgd``
-        (optim.SGD.fused()), SGD's step applied instead to the W ranges of ``_sgd_applied``."""
-        for part in reversed(self.parts):
-            part.backward(ws, self._params, self.grads, self.need_dinp[part.first], sgd)
+        (optim.SGD.fused()), SGD's step applied instead to the W ranges of ``_sgd_applied``; the parts in ``keep``
+        (``_begin_step``) leave their new W in the panels alone."""
+        for k in range(len(self.parts) - 1, -1, -1):
+            part = self.parts[k]
+            part.backward(ws, self._params, self.grads, self.need_dinp[part.first], sgd, k in keep)
 
     def timed_step(self, ws: Workspace, optimizer, gather, reduce=None) -> dict[str, np.ndarray | float]:
         """One training step with a device sync after each part: seconds for ``gather()`` (the batch), each
@@ -367,7 +410,9 @@ class Sequential:
         gather()
         sync()
         t = {"data": (t1 := now()) - t0}
-        packed = self._packed[1] if self._packed is not None and self._packed[0] is ws else ()
+        applied = self._sgd_applied(optimizer, reduce)  # as train_step: the same kernels, timed part by part
+        keep = self._begin_step(applied)
+        packed = self._panels_for(ws)
         for k, part in enumerate(self.parts):
             part.forward(ws, self._params, k in packed)
             sync()
@@ -377,11 +422,10 @@ class Sequential:
         sync()
         t["loss"] = (t2 := now()) - t1
         t1 = t2
-        applied = self._sgd_applied(optimizer, reduce)  # as train_step: the same kernels, timed part by part
         sgd = optimizer.fused() if applied else None
         for k in range(n - 1, -1, -1):
             part = self.parts[k]
-            part.backward(ws, self._params, self.grads, self.need_dinp[part.first], sgd)
+            part.backward(ws, self._params, self.grads, self.need_dinp[part.first], sgd, k in keep)
             sync()
             bwd[k] = (t2 := now()) - t1
             t1 = t2
@@ -391,7 +435,7 @@ class Sequential:
             t["allreduce"] = (t2 := now()) - t1
             t1 = t2
         self._update(optimizer, applied)
-        self._stepped(ws, applied)
+        self._stepped(ws, applied, keep)
         sync()
         t["optimizer"] = now() - t1
         return {"fwd": fwd, "bwd": bwd, **t}
@@ -425,13 +469,14 @@ class Sequential:
         one graph (two around a ``reduce``). For plain SGD on the CPU, backward updates the wide Linears' W
         itself (``_sgd_applied``), and ``self.grads`` then holds no gradient for those weights."""
         applied = self._sgd_applied(optimizer, reduce)
+        keep = self._begin_step(applied)
 
         def launches():
             if gather is not None:
                 gather()
             self.forward(ws)
             self.loss_grad(ws)
-            self.backward(ws, optimizer.fused() if applied else None)
+            self.backward(ws, optimizer.fused() if applied else None, keep)
             if reduce is None:
                 update()
 
@@ -444,7 +489,7 @@ class Sequential:
         if reduce is not None:
             reduce()
             self.graphs.run(update)
-        self._stepped(ws, applied)
+        self._stepped(ws, applied, keep)
 
     def predict(self, x: np.ndarray, batch: int = 256) -> np.ndarray:
         """Logits for host inputs (tests, interop): copies in and out, so not for the training loop."""
@@ -461,6 +506,7 @@ class Sequential:
     def state_dict(self) -> dict[str, np.ndarray]:
         """Host copies of the weights with PyTorch nn.Sequential names and shapes."""
         self._check_live()
+        self._sync()
         flat = self._params.to_numpy()
         out = {}
         for i, layer in enumerate(self.layers):

@@ -189,7 +189,7 @@ class Trainer:
     def _check_diverged(self) -> None:
         bad = int(self.bad.to_numpy()[0])
         if not bad:
-            check_finite(self.bad_w, self.net.params, self.step)  # weights too: a finite loss can hide them
+            check_finite(self.bad_w, self.net.params_to_read(), self.step)  # weights too: a finite loss can hide them
         bad_w = int(self.bad_w.to_numpy()[0])
         if self.cluster is not None:  # every rank reaches this point: agree, so all stop together
             bad, bad_w = self.cluster.first_steps([bad, bad_w])

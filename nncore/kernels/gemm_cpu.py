@@ -366,7 +366,9 @@ def _store_dweight(dparams: ti.template(), wt: ti.template(), acc: ti.template()
     dparams[w_off:], dW (OUT, IN) (columns in the input's order: see _column), only what exists. With ``sgd`` > 0
     the gradient is not stored but applied to W in params: nncore.kernels.optim.sgd_step's arithmetic on whole
     vectors, W read from the forward's panels ``wt`` (whose vectors are dW^T's) and written back to them as well,
-    ``hyper`` = (lr, momentum, weight decay); ``sgd`` 2 keeps the velocity."""
+    ``hyper`` = (lr, momentum, weight decay); ``sgd`` 2 and 4 keep the velocity; 3 and 4 (``SGD_PANELS``) write W
+    to the panels alone, leaving params' copy out of date (nncore.network says when, and copies it back with
+    ``weight_from_panels``)."""
     n_ob = wt.shape[0]
     for i in ti.static(range(ROWS)):
         if f0 + i < n_in:
@@ -383,15 +385,16 @@ def _store_dweight(dparams: ti.template(), wt: ti.template(), acc: ti.template()
                     else:
                         w = wt[ob, f0 + i]
                         g = g + hyper[2] * w
-                        if ti.static(sgd == 2):
+                        if ti.static(sgd % 2 == 0):
                             g = hyper[1] * V([velocity[at[l]] for l in ti.static(range(L))]) + g
                         w = w - hyper[0] * g
                         # The new W into the panels too, so the next forward need not pack them again.
                         wt[ob, f0 + i] = ti.select(VI([ob * L + l for l in ti.static(range(L))]) < n_out, w, 0.0)
                         for l in ti.static(range(L)):
                             if ob * L + l < n_out:
-                                params[at[l]] = w[l]
-                                if ti.static(sgd == 2):
+                                if ti.static(sgd < SGD_PANELS):
+                                    params[at[l]] = w[l]
+                                if ti.static(sgd % 2 == 0):
                                     velocity[at[l]] = g[l]
 
 
@@ -436,16 +439,35 @@ def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, wt: VA2, w_off: ti.i32, m_
                               weight_decay)
 
 
+SGD_PANELS = 3  # linear_dweight_cpu's sgd modes from here on write the new W to the panels alone
+
+
 def linear_dweight(dparams, ds, xs, wt, w_off: int, n_out: int, n_in: int, cl_c: int, params=None,
-                   sgd=None) -> None:
+                   sgd=None, panels_only: bool = False) -> None:
     """dW into dparams with linear_dweight_cpu, or, given ``params`` and ``sgd`` (optim.SGD.fused()), SGD's step
     applied to W in params instead, read from ``wt``, W's panels as this step's forward used them, which then
-    hold the new W."""
+    hold the new W; with ``panels_only``, only they do (params' copy of W is left as it was)."""
     by_rows = dweight_by_rows(n_out, n_in)
     if sgd is None:
         linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, by_rows, 0, dparams, dparams, 0.0, 0.0, 0.0)
     else:
-        linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, by_rows, sgd[0], params, *sgd[1:])
+        mode = sgd[0] + (SGD_PANELS - 1 if panels_only else 0)
+        linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, by_rows, mode, params, *sgd[1:])
+
+
+@sized(lambda params, wt, *_: 2 * n_elems(wt) * L)
+def weight_from_panels(params: F1, wt: VA2, w_off: ti.i32, n_out: ti.i32, cl_c: ti.i32):
+    # params[w_off:]: W (OUT, IN) <- wt, its panels (weight_panels' layout), where W lives after a step of
+    # linear_dweight_cpu that wrote it to the panels alone; cl_c: see _column
+    n_in = wt.shape[1]
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
+    for ob in range(wt.shape[0]):
+        for i in range(n_in):
+            at = w_off + _column(i, n_in, cl_c)
+            v = wt[ob, i]
+            for l in ti.static(range(L)):
+                if ob * L + l < n_out:
+                    params[at + (ob * L + l) * n_in] = v[l]
 
 
 def dweight_by_rows(n_out: int, n_in: int) -> bool:

@@ -401,17 +401,19 @@ def test_sgd_applied_in_backward_equals_the_optimizer_step(arch, pool, rng, mome
 
 
 @pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
-@pytest.mark.parametrize("layers,shape", [(MLP_ODD, [29]), (CNN_WIDE, [2, 9, 11])])
-def test_packed_weights_kept_between_steps(arch, rng, layers, shape):
+@pytest.mark.parametrize("layers,shape,kept", [(MLP_ODD, [29], {0}), (CNN_WIDE, [2, 9, 11], set())])
+def test_packed_weights_kept_between_steps(arch, rng, layers, shape, kept):
     # After a fused SGD step the wide Linears' W panels in that step's workspace hold the new W, and the next
-    # forward on that workspace reads them without packing (Sequential._packed). Steps alternate between two
-    # batch sizes (two workspaces, so each sees W changed by the other's step) and W is overwritten through
-    # ``params`` between two steps; the reference has every step's forward pack W again. Weights and velocity
-    # must agree bit for bit after every step.
+    # forward on that workspace reads them without packing (Sequential._packed); a wide Linear that forms no
+    # input gradient (``kept``: the MLP's first) leaves W there alone, and params' copy is brought up to date
+    # only when read. Steps alternate between two batch sizes (two workspaces, so each sees W changed by the
+    # other's step), an evaluation forward on a third comes between two steps, and W is overwritten through
+    # ``params`` between two steps on one workspace; the reference network has every step's forward pack W
+    # from params. Weights, velocity and the evaluation's logits must agree bit for bit.
     runtime.init(arch)
     nets = [Sequential(layers, shape, "cross_entropy", seed=5) for _ in range(2)]
     opts = [SGD(n.n_params, lr=0.1, momentum=0.9, weight_decay=0.01) for n in nets]
-    used = 0
+    used, stale = 0, set()
     for step, batch in enumerate([33, 33, 17, 33, 17, 17, 17, 33]):
         x, y = rng.normal(size=(batch, math.prod(shape))), rng.integers(0, 5, size=batch)
         if step == 6:  # a write from outside, between two steps on one workspace: W of the first wide
@@ -420,6 +422,10 @@ def test_packed_weights_kept_between_steps(arch, rng, layers, shape):
                 w = net.params.to_numpy()
                 w[: w.size // 3] *= 0.5
                 net.params.from_numpy(w)
+        if step == 2:  # an evaluation between two steps of one workspace
+            xe = rng.normal(size=(5, math.prod(shape)))
+            logits = [net.predict(xe) for net in nets]
+            assert np.array_equal(*logits)
         for net, opt, keep in zip(nets, opts, (True, False)):
             if not keep:
                 net.params  # (counts as a write: the next forward packs W again)
@@ -427,7 +433,11 @@ def test_packed_weights_kept_between_steps(arch, rng, layers, shape):
             ws.load(x, y)
             used += keep and net._packed is not None and net._packed[0] is ws
             net.train_step(ws, opt)
-        a, b = nets[0].state_dict(), nets[1].state_dict()  # (state_dict reads W without counting as a write)
-        assert all(np.array_equal(a[k], b[k]) for k in a), f"step {step}"
-        assert np.array_equal(opts[0].state_dict()["velocity"], opts[1].state_dict()["velocity"])
+            if keep:
+                stale |= set(net._packed[2])
+        if step in (3, 7):
+            a, b = nets[0].state_dict(), nets[1].state_dict()  # (state_dict reads W without counting as a write)
+            assert all(np.array_equal(a[k], b[k]) for k in a), f"step {step}"
+            assert np.array_equal(opts[0].state_dict()["velocity"], opts[1].state_dict()["velocity"])
     assert used == 2  # steps 1 and 5 followed a step on their workspace with nothing written in between
+    assert stale == kept
