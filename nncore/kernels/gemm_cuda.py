@@ -1,10 +1,11 @@
 """Shared-memory tiled matrix products for Linear on CUDA (forward, input gradient, weight gradient).
 
 Each block of 256 threads computes a tile of C = A @ B, 64 columns wide and 16 x TM rows tall (TM = 4, 2 or
-1 rows per thread), stepping through K in slices of 16: the threads first copy a (16 TM)x16 slice of A and a
-16x64 slice of B from global into shared memory (each thread TM elements of A and 4 of B, neighbouring threads
-reading neighbouring addresses), then every thread accumulates a TMx4 register tile, rows ``ty + 16 r`` and
-columns ``tx + 16 c``. The tallest tiles (64 rows) reuse each loaded element most; shorter ones give a
+1 rows per thread), stepping through K in slices of 16: the threads copy a (16 TM)x16 slice of A and a 16x64
+slice of B from registers into shared memory (each thread TM elements of A and 4 of B, neighbouring threads
+reading neighbouring addresses), load the next slices from global memory into registers, then every thread
+accumulates a TMx4 register tile, rows ``ty + 16 r`` and columns ``tx + 16 c``, while those loads are in
+flight. The tallest tiles (64 rows) reuse each loaded element most; shorter ones give a
 product with few rows (a batch of 64) enough tiles to fill the GPU. Operands are read where they lie — the
 activation, the (OUT, IN) weight inside the flat parameter buffer, the upstream gradient — through compile-time
 views, so nothing is transposed or copied; the activation's derivative is applied as the gradient is loaded,
@@ -28,7 +29,8 @@ BK = 16
 THREADS = 256
 
 
-MIN_TILES = 64  # about half the H200's 132 multiprocessors: fewer tiles leave the chip idle
+MIN_TILES = 128  # about one per multiprocessor of an H100 (132) or H200 (132)
+FEW_TILES = 64  # below this even 16-row tiles leave most of the chip idle
 
 
 def use_tiled(in_features: int, out_features: int) -> bool:
@@ -37,13 +39,14 @@ def use_tiled(in_features: int, out_features: int) -> bool:
 
 
 def rows_per_thread(m: int, n: int) -> int | None:
-    """4, 2 or 1: the tallest tiles (64, 32 or 16 rows) of which an m x n product has MIN_TILES; None where
-    even 16-row tiles are fewer (the one-thread-per-output kernels, with m * n threads, finish sooner there).
-    A batch of 64 through 784 -> 1024 makes 16 tiles of 64 rows, 64 of 16."""
+    """4, 2 or 1: the tallest tiles (64, 32 or 16 rows) of which an m x n product has MIN_TILES, else 16-row
+    tiles where there are FEW_TILES of them; None where even those are fewer (the one-thread-per-output kernels,
+    with m * n threads, finish sooner there). A batch of 64 through 784 -> 1024 makes 16 tiles of 64 rows, 64 of
+    16; a batch of 256, 128 tiles of 32 rows (on the H100, 57 us against 76 for 64 tiles of 64 rows)."""
     for tm in (4, 2, 1):
         if -(-m // (16 * tm)) * -(-n // BN) >= MIN_TILES:
             return tm
-    return None
+    return 1 if -(-m // 16) * -(-n // BN) >= FEW_TILES else None
 
 
 def tiles_pay(m: int, n: int) -> bool:
@@ -85,68 +88,118 @@ def _b(mode: ti.template(), x: ti.template(), params: ti.template(), w_off, n_in
     return v
 
 
+@ti.func
+def _load_a(mode: ti.template(), kind: ti.template(), tm: ti.template(), x: ti.template(), dout: ti.template(),
+            out: ti.template(), m0, k0, M, K, tid):
+    """This thread's TM elements of the left operand's (16 TM)x16 slice at (m0, k0); zero past the edges."""
+    v = ti.Vector.zero(ti.f32, tm)
+    for r in ti.static(range(tm)):
+        mm, kk = _a_slot(mode, tm, tid + THREADS * r)
+        if m0 + mm < M and k0 + kk < K:
+            v[r] = _a(mode, x, dout, out, kind, m0 + mm, k0 + kk)
+    return v
+
+
+@ti.func
+def _a_slot(mode: ti.template(), tm: ti.template(), e):
+    """(row, k) within the slice of the left operand for element e of the block's copy: k fastest where k is
+    contiguous in memory (modes 0, 1), m fastest in mode 2."""
+    mm, kk = e // BK, e % BK
+    if ti.static(mode == 2):
+        mm, kk = e % (16 * tm), e // (16 * tm)
+    return mm, kk
+
+
+@ti.func
+def _load_b(mode: ti.template(), x: ti.template(), params: ti.template(), w_off, n_in, n0, k0, N, K, tid):
+    """This thread's 4 elements of the right operand's 16x64 slice at (k0, n0); zero past the edges."""
+    v = ti.Vector.zero(ti.f32, 4)
+    for r in ti.static(range(4)):
+        kb, nb = _b_slot(mode, tid + THREADS * r)
+        if k0 + kb < K and n0 + nb < N:
+            v[r] = _b(mode, x, params, w_off, n_in, k0 + kb, n0 + nb)
+    return v
+
+
+@ti.func
+def _b_slot(mode: ti.template(), e):
+    """(k, column) within the slice of the right operand for element e: k fastest in mode 0 (the weight's rows),
+    n fastest otherwise."""
+    kb, nb = e // BN, e % BN
+    if ti.static(mode == 0):
+        kb, nb = e % BK, e // BK
+    return kb, nb
+
+
+@ti.func
+def _tile(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.template(), x: ti.template(),
+          dout: ti.template(), out: ti.template(), params: ti.template(), dparams: ti.template(), w_off, b_off,
+          n_in, M, N, K, tile, tid, tiles_n):
+    """One block's (16 TM)x64 tile of C. The next K slice is read from global memory into registers while the
+    block multiplies the slice in shared memory, so the loads' latency overlaps the arithmetic."""
+    bm = ti.static(16 * tm)
+    m0, n0 = (tile // tiles_n) * bm, (tile % tiles_n) * BN
+    ty, tx = tid // 16, tid % 16
+    # Every shared array of every tile the same size, (BK, 64) floats, whatever TM: Taichi 1.7 names a shared
+    # array after its statement id, and arrays of two loops of one kernel can end up under one name.
+    a_sh = ti.simt.block.SharedArray((BK, BN), ti.f32)
+    b_sh = ti.simt.block.SharedArray((BK, BN), ti.f32)
+    acc = ti.Matrix.zero(ti.f32, tm, 4)
+    ra = _load_a(mode, kind, tm, x, dout, out, m0, 0, M, K, tid)
+    rb = _load_b(mode, x, params, w_off, n_in, n0, 0, N, K, tid)
+    for kt in range((K + BK - 1) // BK):
+        for r in ti.static(range(tm)):
+            mm, kk = _a_slot(mode, tm, tid + THREADS * r)
+            a_sh[kk, mm] = ra[r]
+        for r in ti.static(range(4)):
+            kb, nb = _b_slot(mode, tid + THREADS * r)
+            b_sh[kb, nb] = rb[r]
+        ti.simt.block.sync()
+        k1 = (kt + 1) * BK  # the next slice (all zero past K: no loads)
+        ra = _load_a(mode, kind, tm, x, dout, out, m0, k1, M, K, tid)
+        rb = _load_b(mode, x, params, w_off, n_in, n0, k1, N, K, tid)
+        for kk in ti.static(range(BK)):
+            for r, q in ti.static(ti.ndrange(tm, 4)):
+                acc[r, q] += a_sh[kk, ty + 16 * r] * b_sh[kk, tx + 16 * q]
+        ti.simt.block.sync()
+    for r, q in ti.static(ti.ndrange(tm, 4)):
+        m, n = m0 + ty + 16 * r, n0 + tx + 16 * q
+        if m < M and n < N:
+            if ti.static(mode == 0):
+                c[m, n] = _act(acc[r, q] + params[b_off + n], kind)
+            elif ti.static(mode == 1):
+                c[m, n] = acc[r, q]
+            else:
+                dparams[w_off + m * n_in + n] = acc[r, q]
+
+
 @kernel
 def _tiled(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: F2, x: F2, dout: F2, out: F2, params: F1, dparams: F1,
            w_off: ti.i32, b_off: ti.i32, n_in: ti.i32, M: ti.i32, N: ti.i32, K: ti.i32):
-    bm = ti.static(16 * tm)  # rows of a tile
     tiles_n = (N + BN - 1) // BN
-    tiles = ((M + bm - 1) // bm) * tiles_n
+    tiles = ((M + 16 * tm - 1) // (16 * tm)) * tiles_n
+    # Mode 2 also sums the bias gradient, in blocks after the tiles' (a thread per output, over the batch in
+    # order): one loop fewer in the step.
+    bias_blocks = ((M + THREADS - 1) // THREADS) * ti.static(int(mode == 2))
     ti.loop_config(block_dim=THREADS)
-    for g in range(tiles * THREADS):
+    for g in range((tiles + bias_blocks) * THREADS):
         tile, tid = g // THREADS, g % THREADS
-        m0, n0 = (tile // tiles_n) * bm, (tile % tiles_n) * BN
-        ty, tx = tid // 16, tid % 16
-        a_sh = ti.simt.block.SharedArray((BK, bm), ti.f32)
-        b_sh = ti.simt.block.SharedArray((BK, BN), ti.f32)
-        acc = ti.Matrix.zero(ti.f32, tm, 4)
-        for kt in range((K + BK - 1) // BK):
-            k0 = kt * BK
-            for r in ti.static(range(tm)):
-                e = tid + THREADS * r
-                # Left operand: k fastest where k is contiguous in memory (modes 0, 1), m fastest in mode 2.
-                mm, kk = e // BK, e % BK
-                if ti.static(mode == 2):
-                    mm, kk = e % bm, e // bm
-                av = 0.0
-                if m0 + mm < M and k0 + kk < K:
-                    av = _a(mode, x, dout, out, kind, m0 + mm, k0 + kk)
-                a_sh[kk, mm] = av
-            for r in ti.static(range(4)):
-                e = tid + THREADS * r
-                # Right operand: k fastest in mode 0 (the weight's rows), n fastest otherwise.
-                kb, nb = e // BN, e % BN
-                if ti.static(mode == 0):
-                    kb, nb = e % BK, e // BK
-                bv = 0.0
-                if k0 + kb < K and n0 + nb < N:
-                    bv = _b(mode, x, params, w_off, n_in, k0 + kb, n0 + nb)
-                b_sh[kb, nb] = bv
-            ti.simt.block.sync()
-            for kk in ti.static(range(BK)):
-                for r, q in ti.static(ti.ndrange(tm, 4)):
-                    acc[r, q] += a_sh[kk, ty + 16 * r] * b_sh[kk, tx + 16 * q]
-            ti.simt.block.sync()
-        for r, q in ti.static(ti.ndrange(tm, 4)):
-            m, n = m0 + ty + 16 * r, n0 + tx + 16 * q
-            if m < M and n < N:
-                if ti.static(mode == 0):
-                    c[m, n] = _act(acc[r, q] + params[b_off + n], kind)
-                elif ti.static(mode == 1):
-                    c[m, n] = acc[r, q]
-                else:
-                    dparams[w_off + m * n_in + n] = acc[r, q]
+        if ti.static(mode == 2):
+            if tile < tiles:  # (the same branch for a whole block: its syncs stay together)
+                _tile(mode, kind, tm, c, x, dout, out, params, dparams, w_off, b_off, n_in, M, N, K, tile, tid,
+                      tiles_n)
+            else:
+                o = (tile - tiles) * THREADS + tid
+                if o < M:
+                    acc = 0.0
+                    for b in range(K):
+                        acc += _dz(dout, out, b, o, kind)
+                    dparams[b_off + o] = acc
+        else:
+            _tile(mode, kind, tm, c, x, dout, out, params, dparams, w_off, b_off, n_in, M, N, K, tile, tid, tiles_n)
 
 
 _tiled.ti.shared_memory = True  # nncore.graph fuses few of these into one kernel (MAX_SHARED)
-
-
-@kernel
-def _bias_grad(dparams: F1, dout: F2, out: F2, b_off: ti.i32, kind: ti.template()):
-    for o in range(dout.shape[1]):
-        acc = 0.0
-        for b in range(dout.shape[0]):
-            acc += _dz(dout, out, b, o, kind)
-        dparams[b_off + o] = acc
 
 
 def linear_forward_tiled(out, inp, params, w_off: int, b_off: int, kind: int = 0, tm: int = 4) -> None:
@@ -164,9 +217,8 @@ def linear_dinput_tiled(dinp, dout, out, params, w_off: int, kind: int = 0, tm: 
 
 def linear_dweight_tiled(dparams, dout, out, inp, w_off: int, b_off: int, kind: int = 0, tm: int = 4) -> None:
     """dW (OUT, IN) = (dout * act'(out)).T @ inp into dparams[w_off:], and db (OUT,) into dparams[b_off:]."""
-    _tiled(2, kind, tm, inp, inp, dout, out, dparams, dparams, w_off, 0, inp.shape[1], dout.shape[1], inp.shape[1],
-           dout.shape[0])
-    _bias_grad(dparams, dout, out, b_off, kind)
+    _tiled(2, kind, tm, inp, inp, dout, out, dparams, dparams, w_off, b_off, inp.shape[1], dout.shape[1],
+           inp.shape[1], dout.shape[0])
 
 
 
