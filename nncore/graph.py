@@ -14,6 +14,11 @@ offsets in microseconds) and runs the cached graph with the new arguments. So a 
 last batch of another size, Adam's bias corrections, a new batch start) stays correct: other arguments are
 only new values, another kernel sequence another graph.
 
+On CUDA a fused kernel is also static (``static_default``): the ndarrays' shapes and the integers that bound
+loops are compile-time constants of the kernel, which Taichi would otherwise turn into a one-thread task per
+loop computing its bounds (each task is a driver launch of its own); the graph is then cached under those
+values too, so another batch size compiles another kernel.
+
 Taichi's graph builder refuses kernels with template parameters; nncore's kernels have some (the activation
 of a fused Linear, a product's mode), so a dispatch is built from the kernel Taichi compiles for the recorded
 arguments, whose parameter list holds the non-template arguments only. If building fails (an argument type a
@@ -22,15 +27,20 @@ again.
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import itertools
 import linecache
+import operator
 import os
+import textwrap
 import types
 
 from . import kernels as _k
 from . import runtime
 from .runtime import ti
+from taichi.lang import impl as _impl
+from taichi.lang.any_array import AnyArray
 
 def default_enabled() -> bool:
     """Whether train steps run as compute graphs: yes, on every backend, unless the environment variable
@@ -46,6 +56,15 @@ def fused_default() -> bool:
     LAYERLAB_FUSED_STEP=0; on the CPU only with LAYERLAB_FUSED_STEP=1 (there a graph's launches cost little,
     and the CPU's in-place and pooled loops would split the kernel anyway)."""
     flag = os.environ.get("LAYERLAB_FUSED_STEP", "").strip()
+    return flag == "1" if flag in ("0", "1") else not _k.on_cpu()
+
+
+def static_default() -> bool:
+    """Whether fused kernels fix their ndarrays' shapes and their loop-bound integers at compile time
+    (``fuse_plan``'s ``static``): where the step is fused on CUDA, unless LAYERLAB_STATIC_BOUNDS=0; on the CPU
+    only with LAYERLAB_STATIC_BOUNDS=1. A loop whose bounds are constants needs no serial task to compute them,
+    and on CUDA each task is a driver launch of its own."""
+    flag = os.environ.get("LAYERLAB_STATIC_BOUNDS", "").strip()
     return flag == "1" if flag in ("0", "1") else not _k.on_cpu()
 
 
@@ -83,6 +102,44 @@ class _Slots:
                 self.problem = f"{kern._primal.func.__name__}: a compute graph cannot carry parameter {a.name}"
         self.dtypes = {i: a.annotation for i, a in enumerate(kern._primal.arguments)}
         self.nds = [i for i, kind in self.runtime if kind == "nd"]
+        bound = _bound_names(kern._primal.func)  # integers a static fused kernel fixes (``fuse_plan``)
+        self.consts = [i for i, kind in self.runtime if kind == "i" and kern._primal.arguments[i].name in bound]
+
+
+def _names(node) -> set:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _bound_names(fn) -> set:
+    """The names on which a for-loop's range in ``fn`` depends, directly or through assignments (``n = a *
+    b``): among them the integer parameters whose values, fixed at compile time, give loops constant bounds.
+    Empty where the source cannot be read."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return set()
+    deps: dict = {}
+    todo: list = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                v = node.value
+                if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts):
+                    pairs = zip(t.elts, v.elts)
+                else:
+                    pairs = [(e, v) for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+                for target, value in pairs:
+                    if isinstance(target, ast.Name):  # (a store into an array element bounds nothing)
+                        deps.setdefault(target.id, set()).update(_names(value))
+        elif isinstance(node, ast.For) and isinstance(node.iter, ast.Call):
+            todo.extend(_names(node.iter))
+    seen: set = set()
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(deps.get(name, ()))
+    return seen
 
 
 def _slots(kern) -> _Slots:
@@ -143,8 +200,9 @@ MAX_ARGS = 64  # Taichi 1.7's limit on a kernel's (non-template) arguments
 # right (40 ndarray parameters alone do not do it); so at most two, with which every seed network's step matched.
 MAX_SHARED = 2
 _funcs: dict = {}  # a kernel's Python function -> the same code as a ti.func taking every argument as a template
-_fused: dict = {}  # (signature, the ndarrays' sharing pattern) -> (fused kernel, its parameter sources)
+_fused: dict = {}  # (signature, the ndarrays' sharing pattern, static spec) -> (fused kernel, its parameter sources)
 _serial = itertools.count()
+MAX_VARIANTS = 8  # static fused kernels per step signature (shapes, loop-bound integers); past it, one generic
 
 
 def _as_func(kern):
@@ -159,6 +217,18 @@ def _as_func(kern):
         g.__module__, g.__qualname__ = fn.__module__, fn.__qualname__
         f = _funcs[fn] = ti.func(g)
     return f
+
+
+class _Shaped(AnyArray):
+    """An ndarray parameter of a static fused kernel, seen by the inlined kernels with its shape as Python
+    integers: loops over it get compile-time bounds (Taichi's ndarray shapes are otherwise run-time values)."""
+
+    def __init__(self, arr, shape):
+        self.ptr, self._shape = arr.ptr, list(shape)  # (arr was type-checked as the kernel's parameter)
+
+    @property
+    def shape(self):
+        return list(self._shape)
 
 
 def _sharing(calls) -> tuple:
@@ -178,22 +248,24 @@ def _fits(calls) -> bool:
     return n <= MAX_ARGS and shared <= MAX_SHARED
 
 
-def _make_fused(calls):
+def _make_fused(calls, static: bool = False):
     """A kernel that runs ``calls``' kernels one after another as one launch: its body calls each kernel's
     function (``_as_func``) with the recorded templates; its parameters are the distinct ndarrays, then every
-    scalar, each in order of first use. Returns the kernel and, per parameter, the (call, argument) it comes
-    from."""
-    ns: dict = {"ti": ti}
+    scalar, each in order of first use. ``static``: the ndarrays reach the functions with their recorded shapes
+    as constants (``_Shaped``), and the integers that bound loops (``_Slots.consts``) as constants, not
+    parameters. Returns the kernel and, per parameter, the (call, argument) it comes from."""
+    ns: dict = {"ti": ti, "_S": _Shaped}
     params, sources, lines, nd_param = [], [], [], {}
     scalars, scalar_sources = [], []
     for c, (kern, args, _) in enumerate(calls):
         slots = _slots(kern)
         ns[f"f{c}"] = _as_func(kern)
         kinds = dict(slots.runtime)
+        fixed = set(slots.templates) | (set(slots.consts) if static else set())
         actual = []
         for i, a in enumerate(args):
-            if i in slots.templates:
-                ns[f"t{c}_{i}"] = a
+            if i in fixed:
+                ns[f"t{c}_{i}"] = a if i in slots.templates else int(a)
                 actual.append(f"t{c}_{i}")
                 continue
             if kinds[i] == "nd":
@@ -203,11 +275,12 @@ def _make_fused(calls):
                     params.append(name)
                     sources.append((c, i))
                     ns[f"T_{name}"] = slots.dtypes[i]
-            else:
-                name = f"s{c}_{i}"
-                scalars.append(name)
-                scalar_sources.append((c, i))
-                ns[f"T_{name}"] = slots.dtypes[i]
+                actual.append(f"ti.static(_S({name}, {tuple(a.shape)!r}))" if static else name)
+                continue
+            name = f"s{c}_{i}"
+            scalars.append(name)
+            scalar_sources.append((c, i))
+            ns[f"T_{name}"] = slots.dtypes[i]
             actual.append(name)
         lines.append(f"    f{c}({', '.join(actual)})")
     params += scalars
@@ -220,13 +293,13 @@ def _make_fused(calls):
     return ti.kernel(ns[fname]), sources
 
 
-def fuse_plan(calls) -> list:
+def fuse_plan(calls, static: bool = False) -> list:
     """How ``calls`` launch fused: a list of (kernel, [(call, argument) for each of its arguments], in
     place). Each run of consecutive calls with the same in-place flag (nncore.kernels.Sized), at most MAX_ARGS
     parameters and at most MAX_SHARED shared-memory kernels becomes one kernel that holds them all
-    (``_make_fused``), cached by the kernels, their templates and which arguments share an ndarray. A step of a
-    dozen kernels then pays one launch's fixed cost instead of a dozen; each of its loops still costs a driver
-    launch of its own."""
+    (``_make_fused``, ``static`` as there), cached by the kernels, their templates, which arguments share an
+    ndarray and, where static, the shapes and loop-bound integers. A step of a dozen kernels then pays one
+    launch's fixed cost instead of a dozen; each of its loops still costs a driver launch of its own."""
     groups: list = []
     for c, call in enumerate(calls):
         g = groups[-1] if groups else None
@@ -241,10 +314,10 @@ def fuse_plan(calls) -> list:
             plan.append((kern, [(g[0], i) for i in range(len(args))], in_place))
             continue
         sub = [calls[c] for c in g]
-        key = (_signature(sub), _sharing(sub))
+        key = _key(sub, True, static)
         made = _fused.get(key)
         if made is None:
-            made = _fused[key] = _make_fused(sub)
+            made = _fused[key] = _make_fused(sub, static)
         kern, sources = made
         plan.append((kern, [(g[c], i) for c, i in sources], sub[0][2]))
     return plan
@@ -255,35 +328,52 @@ def apply_plan(plan, calls) -> list:
     return [(kern, [calls[c][1][i] for c, i in sources], in_place) for kern, sources, in_place in plan]
 
 
-def _key(calls, fused: bool) -> tuple:
+def _key(calls, fused: bool, static: bool = False) -> tuple:
     """What a step's graph is cached under, in one pass: (``_signature``, and where ``fused`` is on ``_sharing``
-    too, since a fused kernel's parameters follow the ndarrays' sharing; else None)."""
+    too, since a fused kernel's parameters follow the ndarrays' sharing; else None), and where ``static`` is on
+    also every ndarray argument's shape and the loop-bound integers (``_Slots.consts``), which a static fused
+    kernel fixes."""
     try:
-        return _key_of(calls, fused)
+        return _key_of(calls, fused, static)
     except AttributeError:  # a kernel seen for the first time: make its _slots
         for kern, _, _ in calls:
             _slots(kern)
-        return _key_of(calls, fused)
+        return _key_of(calls, fused, static)
 
 
-def _key_of(calls, fused: bool) -> tuple:
+def _key_of(calls, fused: bool, static: bool) -> tuple:
     sig = tuple([(kern, ip, tuple([args[i] for i in kern._graph_slots.templates])) for kern, args, ip in calls])
     if not fused:
         return sig, None
+    nds = [args[i] for kern, args, _ in calls for i in kern._graph_slots.nds]
     seen: dict = {}
-    return sig, tuple([seen.setdefault(id(args[i]), len(seen)) for kern, args, _ in calls
-                       for i in kern._graph_slots.nds])
+    sharing = tuple([seen.setdefault(id(a), len(seen)) for a in nds])
+    if not static:
+        return sig, sharing
+    return sig, sharing, (tuple([a.shape for a in nds]),
+                          tuple([args[i] for kern, args, _ in calls for i in kern._graph_slots.consts]))
 
 
-_CONVERT = {"nd": None, "f": float, "i": int}
+_arr = operator.attrgetter("arr")  # what Taichi's Graph.run passes for an ndarray
+_CONVERT = {"nd": _arr, "f": float, "i": int}
 
 
 def _binds(plan) -> list:
     """For a plan's launches (as ``apply_plan`` makes them), each graph argument as (name, call, argument,
     conversion) of the recorded calls: a step's arguments are then read straight from its recording, named as
-    ``_values`` names them."""
+    ``_values`` names them, converted as Taichi's ``Graph.run`` would."""
     return [(f"{c2}_{i}", *sources[i], _CONVERT[kind])
             for c2, (kern, sources, _) in enumerate(plan) for i, kind in _slots(kern).runtime]
+
+
+def _args(binds, calls) -> dict:
+    return {name: conv(calls[c][1][a]) for name, c, a, conv in binds}
+
+
+def _run_graph(graph, args) -> None:
+    """Run a compiled graph on arguments as ``_args`` makes them: straight into Taichi's compiled graph,
+    without ``Graph.run``'s per-argument type dispatch (it accepts what ``_CONVERT`` gives)."""
+    graph._compiled_graph.jit_run(_impl.get_runtime().prog.config(), args)
 
 
 def launch(calls) -> None:
@@ -295,10 +385,12 @@ def launch(calls) -> None:
 class StepGraphs:
     """Compute graphs for the launch sequences of one owner (a network), rebuilt after a runtime re-init."""
 
-    def __init__(self, enabled: bool | None = None, fused: bool | None = None):
+    def __init__(self, enabled: bool | None = None, fused: bool | None = None, static: bool | None = None):
         self.enabled = default_enabled() if enabled is None else enabled
         self.fused = fused_default() if fused is None else fused  # steps fused into one kernel (``fuse_plan``)
+        self.static = self.fused and (static_default() if static is None else static)
         self._graphs: dict = {}
+        self._variants: dict = {}  # (signature, sharing) -> static graphs built for it
         self._gen = runtime.generation()
         self.built = self.fallbacks = self.unfused = 0
         self.launches = (0, 0)  # the last run's kernel calls: as recorded, and as launched after fusion
@@ -310,28 +402,43 @@ class StepGraphs:
             return
         if self._gen != runtime.generation():
             self._graphs.clear()
+            self._variants.clear()
             self._gen = runtime.generation()
         calls = record(fn)
         if not calls:
             return
-        key = _key(calls, self.fused)
+        key = _key(calls, self.fused, self.static)
         entry = self._graphs.get(key)
         if entry is None:
-            entry = self._graphs[key] = self._build(calls)
+            entry = self._new(calls, key)
         graph, plan, binds = entry
         self.launches = (len(calls), len(plan) if plan is not None else len(calls))
         if graph is False:
             launch(apply_plan(plan, calls) if plan is not None else calls)
         else:  # the graph's arguments straight from the recorded calls (``_binds``)
-            graph.run({name: calls[c][1][a] if conv is None else conv(calls[c][1][a]) for name, c, a, conv in binds})
+            _run_graph(graph, _args(binds, calls))
 
-    def _build(self, calls) -> tuple:
+    def _new(self, calls, key) -> tuple:
+        """The entry for a key not seen yet: a static one, unless MAX_VARIANTS static graphs of this signature
+        exist (a loop-bound integer that changes every step), then the signature's generic one."""
+        if len(key) == 3:
+            n = self._variants.get(key[:2], 0)
+            if n >= MAX_VARIANTS:
+                generic = self._graphs.get(key[:2])  # (not stored under key: such keys do not recur)
+                if generic is None:
+                    generic = self._graphs[key[:2]] = self._build(calls, False)
+                return generic
+            self._variants[key[:2]] = n + 1
+        entry = self._graphs[key] = self._build(calls, len(key) == 3)
+        return entry
+
+    def _build(self, calls, static: bool) -> tuple:
         """(graph, fuse_plan, _binds) for this launch sequence: the fused step's graph where ``fused`` is on, else
         (or if that fails to build: ``unfused`` counts it) the recorded launches' graph (plan None), else (False,
         None, None), launched one by one (``fallbacks`` counts it)."""
         if self.fused:
             try:
-                plan = fuse_plan(calls)
+                plan = fuse_plan(calls, static)
                 graph = build(apply_plan(plan, calls))
                 self.built += 1
                 return graph, plan, _binds(plan)

@@ -10,9 +10,11 @@ from .gemm_cpu import V
 def gather_rows(out: F2, labels_out: I1, src: F2, labels: I1, order: I1, start: ti.i32):
     # out: (B, F) f32   labels_out: (B,) i32   src: (N, F) f32   labels: (N,) i32   order: (M,) i32 sample ids
     if ti.static(not on_cpu()):  # CUDA: a thread per element, neighbours on neighbours
-        for b, f in out:
+        # (ranges over the shapes rather than struct-fors: in a static fused step, nncore.graph, the shapes are
+        # constants and these loops need no serial task to compute their bounds)
+        for b, f in ti.ndrange(out.shape[0], out.shape[1]):
             out[b, f] = src[order[start + b], f]
-        for b in labels_out:
+        for b in range(labels_out.shape[0]):
             labels_out[b] = labels[order[start + b]]
     else:
         # CPU: a task copies a row, 16 floats per move (per-element loops are several times slower: Taichi reloads

@@ -138,15 +138,16 @@ FUSED_NETS = {"odd-mlp": ODD_MLP, "odd-cnn": CNN, "net-1h": "net-1h", "net-1h-re
               "net-2h": "net-2h", "cnn64": "cnn64", "cnn256": "cnn256"}
 
 
-def _fused_against_parts(arch, spec, batch, steps, rng, max_launches):
-    """Weights after ``steps`` SGD+momentum steps, launched kernel by kernel and fused (``fuse_plan``)."""
+def _fused_against_parts(arch, spec, batch, steps, rng, max_launches, static=None):
+    """Weights after ``steps`` SGD+momentum steps, launched kernel by kernel and fused (``fuse_plan``; ``static``
+    as StepGraphs takes it, None: the backend's default)."""
     n_out = Sequential.from_spec(spec).out_shape[0]
     batches = [(rng.random((batch, *spec["input"]), dtype=np.float32), rng.integers(0, n_out, batch))
                for _ in range(steps)]
     ends = []
     for fused in (False, True):
         net = Sequential.from_spec(spec, seed=3)
-        net.graphs = G.StepGraphs(enabled=fused, fused=fused)
+        net.graphs = G.StepGraphs(enabled=fused, fused=fused, static=static)
         opt = SGD(net.n_params, lr=0.05, momentum=0.9)
         ws = net.workspace(batch)
         for x, y in batches:
@@ -166,10 +167,12 @@ def _fused_against_parts(arch, spec, batch, steps, rng, max_launches):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["runtime-shapes", "static-shapes"])
 @pytest.mark.parametrize("name", list(FUSED_NETS))
-def test_fused_step_equals_part_by_part(arch, name, rng):
+def test_fused_step_equals_part_by_part(arch, name, static, rng):
     """The whole step as one kernel (nncore.graph.fuse_plan: every part's loops inlined, in order) against the same
-    step launched kernel by kernel, 20 steps of an odd batch (33) with SGD and momentum. The CPU runs the very
+    step launched kernel by kernel, 20 steps of an odd batch (33) with SGD and momentum, with the shapes and
+    loop-bound integers as run-time values and as compile-time constants (``static``). The CPU runs the very
     same loops, so to the bit; on CUDA the conv weight gradient sums with atomics, whose order varies between
     runs, so within float32 rounding accumulated over 20 steps (rtol 1e-4, atol 1e-5)."""
     from nncore.bench import workload_model
@@ -177,7 +180,7 @@ def test_fused_step_equals_part_by_part(arch, name, rng):
     if arch != "cuda" and name in ("net-1h-relu", "net-2h", "cnn64", "cnn256"):
         pytest.skip("these seed networks run on the GPU only (CI's CPU time); the CPU has the odd ones and net-1h")
     spec = FUSED_NETS[name] if isinstance(FUSED_NETS[name], dict) else workload_model(FUSED_NETS[name])
-    _fused_against_parts(arch, spec, 33, 20, rng, max_launches=3)
+    _fused_against_parts(arch, spec, 33, 20, rng, max_launches=3, static=static)
 
 
 @pytest.mark.gpu
@@ -233,7 +236,7 @@ def test_fused_kernels_hold_few_shared_memory_parts(cpu, rng):
 def test_a_step_that_does_not_fuse_runs_as_recorded(cpu, monkeypatch, rng):
     """If the fused kernel cannot be made (compiled), the step runs as the recorded launches' graph, with the
     same weights as a step launched kernel by kernel."""
-    def broken(calls):
+    def broken(calls, static=False):
         raise RuntimeError("cannot compile")
 
     monkeypatch.setattr(G, "_make_fused", broken)
@@ -246,6 +249,48 @@ def test_a_step_that_does_not_fuse_runs_as_recorded(cpu, monkeypatch, rng):
         ws = net.workspace(len(x))
         ws.load(x, y)
         net.train_step(ws, opt)
-    assert net.graphs.unfused == 1 and net.graphs.built == 1 and net.graphs.fallbacks == 0
+    # (a graph per launch sequence: on the CPU the first step packs W, later ones reuse the packed panels)
+    assert net.graphs.unfused == net.graphs.built >= 1 and net.graphs.fallbacks == 0
     assert net.graphs.launches[0] == net.graphs.launches[1]
     np.testing.assert_array_equal(net.params.to_numpy(), want)
+
+
+def test_loop_bounds_are_found_through_assignments(cpu):
+    """The integers a static fused kernel fixes (``_Slots.consts``): those a loop's range depends on, directly or
+    through a local; not one used only as an index, nor a store into an array element."""
+    @kernel
+    def k(o: ti.types.ndarray(dtype=ti.f32, ndim=1), lo: ti.i32, hi: ti.i32, start: ti.i32, rows: ti.i32):
+        n = (hi - lo) * rows
+        for i in range(n):
+            o[lo + i] = o[start + i]
+        for j in range(o.shape[0]):
+            o[j] = start
+
+    slots = G._slots(k.ti)
+    assert [k.ti._primal.arguments[i].name for i in slots.consts] == ["lo", "hi", "rows"]
+
+
+def test_a_loop_bound_that_changes_every_step_stops_specialising(cpu):
+    """A loop bound with a new value at every step would compile a static kernel per step: past MAX_VARIANTS
+    the step runs as the generic fused kernel (run-time bounds), with the same results."""
+    out = nd(np.zeros(40, np.float32))
+
+    @kernel
+    def fill(o: ti.types.ndarray(dtype=ti.f32, ndim=1), n: ti.i32, v: ti.f32):
+        for i in range(n):
+            o[i] = v
+
+    @kernel
+    def scale(o: ti.types.ndarray(dtype=ti.f32, ndim=1), a: ti.f32):
+        for i in range(o.shape[0]):
+            o[i] = o[i] * a
+
+    graphs = G.StepGraphs(enabled=True, fused=True, static=True)
+    for n in range(1, G.MAX_VARIANTS + 5):
+        graphs.run(lambda: (fill(out, n, float(n)), scale(out, 2.0)))
+        assert graphs.launches == (2, 1)
+        want = np.zeros(40, np.float32)
+        want[:n] = 2.0 * n
+        np.testing.assert_array_equal(out.to_numpy(), want)
+        out.fill(0.0)
+    assert graphs.built == G.MAX_VARIANTS + 1 and graphs.unfused == 0
