@@ -1,7 +1,8 @@
-"""Where a training step's time goes on the host: the layers' Python (record), the graph's cache key (key), and
-Taichi's graph.run (the arguments read from the recording, then the launch), per step.
+"""Where a training step's time goes on the host: the layers' Python (record), the graph's cache key (key), the
+graph's arguments read from the recording (args) and Taichi's compiled graph launching them (launch), per step;
+and the first 5 steps' time (compiling included).
 
-Usage: [LAYERLAB_FUSED_STEP=0|1] [PROF=1] [N=200] python scripts/step_host_cost.py ARCH WORKLOADS BATCHES
+Usage: [LAYERLAB_FUSED_STEP=0|1] [LAYERLAB_STATIC_BOUNDS=0|1] [PROF=1] [N=200] python scripts/step_host_cost.py ARCH WORKLOADS BATCHES
 e.g. python scripts/step_host_cost.py cuda net-1h,cnn64 64,1000
 
 N steps run without a sync; "host" is the time to issue them, "step" includes the final sync. Where the host
@@ -23,7 +24,6 @@ from nncore.network import Sequential
 from nncore.optim import SGD
 from nncore.kernels.data import gather_rows
 from nncore.runtime import ti
-import taichi.graph._graph as tg  # noqa: E402
 
 PROF = os.environ.get("PROF") == "1"
 if PROF:
@@ -47,9 +47,8 @@ def wrap(owner, name, label):
     setattr(owner, name, timed)
 
 
-for nm, lab in [("record", "record"), ("_key", "key")]:
+for nm, lab in [("record", "record"), ("_key", "key"), ("_args", "args"), ("_run_graph", "launch")]:
     wrap(G, nm, lab)
-wrap(tg.Graph, "run", "graph.run")
 
 for name in names:
     for batch in batches:
@@ -63,9 +62,11 @@ for name in names:
 
         def step(s):
             net.train_step(ws, opt, gather=lambda: gather_rows(ws.x, ws.labels, xs, ys, order, s))
+        t0 = time.perf_counter()
         for s in starts[:5]:
             step(s)
         runtime.sync()
+        first = time.perf_counter() - t0
         if PROF:
             ti.profiler.clear_kernel_profiler_info()
         acc.clear()
@@ -76,7 +77,8 @@ for name in names:
         runtime.sync()
         tt = time.perf_counter() - t0
         rec, lau = net.graphs.launches
-        print(f"{name} b{batch} fused={net.graphs.fused} launches {rec}->{lau}: step {1e6*tt/N:.1f} us, host {1e6*th/N:.1f} us, "
-              + ", ".join(f"{k} {1e6*v/N:.1f}" for k, v in acc.items()), flush=True)
+        print(f"{name} b{batch} fused={net.graphs.fused} static={net.graphs.static} launches {rec}->{lau}: "
+              f"step {1e6*tt/N:.1f} us, host {1e6*th/N:.1f} us, "
+              + ", ".join(f"{k} {1e6*v/N:.1f}" for k, v in acc.items()) + f"; first 5 steps {first:.2f} s", flush=True)
         if PROF:
             ti.profiler.print_kernel_profiler_info("count")
