@@ -45,12 +45,12 @@ def t(f, n=200):
     return " ".join(f"{a:.0f}/{b:.0f}" for a, b in best)
 calls = G.record(fn)
 print(f"{name} b{batch}: {len(calls)} kernels: " + ", ".join(k._primal.func.__name__ for k, _, _ in calls))
-graph, plan, _ = net.graphs._graphs[G._key(calls, net.graphs.fused)]
+graph, plan, _ = net.graphs._graphs[G._key(calls, net.graphs.fused, net.graphs.static)]
 vals = G._values(G.apply_plan(plan, calls) if plan else calls)
 print(f"launched as {net.graphs.launches[1]} kernel(s){' (fused: graph.fuse_plan)' if plan else ''}")
 print("us per step issue/synced:")
 print("  record only          ", t(lambda: G.record(fn)))
-print("  record+key+values    ", t(lambda: (lambda c: (G._key(c, net.graphs.fused), G._values(c)))(G.record(fn))))
+print("  record+key+values    ", t(lambda: (lambda c: (G._key(c, net.graphs.fused, net.graphs.static), G._values(c)))(G.record(fn))))
 print("  graph.run fixed args ", t(lambda: graph.run(vals)))
 print("  full graph step      ", t(step))
 net.graphs.enabled = False
