@@ -311,7 +311,7 @@ class Sequential:
         """The parts whose new W a step that applies SGD to ``applied`` leaves in the panels alone: those that
         form no input gradient (which would read W from params)."""
         return frozenset(k for k, p in enumerate(self.parts)
-                         if p.sgd_range() in applied and not (self.need_dinp[p.first] and not p.dinp_elsewhere))
+                         if p.sgd_range() in applied and not self.need_dinp[p.first])
 
     def _begin_step(self, applied: list) -> frozenset:
         """Before a step: params brought up to date where this step will not keep W in the panels."""
