@@ -108,6 +108,9 @@ class Trainer:
             raise ConfigError("--checkpoint-every needs --checkpoint FILE")
         self.epoch = self.step = 0
         self.log_next = False  # set by a controller (the app's single-step) to report the next step's loss
+        # While an epoch's steps run (not distributed): emits a Step event for the last step taken, for a
+        # controller that pauses between two logged steps (the app's pause), so the step shown is the true one.
+        self.report_step = None
 
     # -- set-up --------------------------------------------------------------------------------------------
     def _setup(self) -> RunStarted:
@@ -260,16 +263,22 @@ class Trainer:
             if self.step == 1:
                 runtime.sync()
                 self.first_step_s = first_s = active()
+
+            def log() -> None:
+                elapsed = max(active(), 1e-9)
+                loss = self._global_sum(ws.loss_value() * nb if nb else 0.0) / b  # noqa: B023 (called now)
+                share = cl.comm_s / elapsed if cl is not None else None
+                self.emit(Step(self.epoch, self.step, loss, done / elapsed, share))  # noqa: B023
+
             # (log_next is the app's single step; a distributed run has none: collectives follow from here)
             if self.step % self.log_every == 0 or (self.log_next and cl is None):
                 self.log_next = False
                 self._check_diverged()
-                elapsed = max(active(), 1e-9)
-                loss = self._global_sum(ws.loss_value() * nb if nb else 0.0) / b
-                share = cl.comm_s / elapsed if cl is not None else None
-                self.emit(Step(self.epoch, self.step, loss, done / elapsed, share))
+                log()
+            self.report_step = log if cl is None else None
             if self.every and self.every[1] == "steps" and self.step % self.every[0] == 0:
                 self._save_checkpoint(start + b, done, active())
+        self.report_step = None
         runtime.sync()
         elapsed = active()
         self._check_diverged()

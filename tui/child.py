@@ -29,6 +29,7 @@ class _Controller:
         self.conn, self.trainer = conn, None
         self.paused = self.stop = False
         self.steps = 0
+        self.reported = False  # the step before this pause was sent (trainer.report_step)
 
     def _drain(self, timeout: float) -> None:
         while self.conn.poll(timeout):
@@ -46,11 +47,17 @@ class _Controller:
     def __call__(self) -> bool:
         self._drain(0)
         while self.paused and not self.stop:
+            if not self.reported:  # step events are throttled: send the one the run is paused after
+                self.reported = True
+                if self.trainer is not None and self.trainer.report_step is not None:
+                    self.trainer.report_step()
             if self.steps:
                 self.steps -= 1
                 self.trainer.log_next = True
                 break
             self._drain(0.05)
+        if not self.paused:
+            self.reported = False
         return self.stop
 
 
