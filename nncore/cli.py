@@ -50,8 +50,28 @@ def _float_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc).replace("value ", "", 1)) from None
 
 
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("layerlab")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+EXIT_CODES = """exit codes:
+  0    done
+  2    bad config, argument, data or output path (one line names the culprit)
+  3    diverged (a non-finite loss or weight)
+  4    the backend asked for is unavailable
+  130  interrupted by Ctrl-C (143 SIGTERM, 129 SIGHUP); the current step finishes and the weights are written"""
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="layerlab", description="Train small networks on Taichi backends and see where the time goes.")
+    p = _Parser(prog="layerlab", description="Train small networks on Taichi backends and see where the time goes.",
+                epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # (`layerlab --version` is answered by tui.launch before this parser; listed here for --help)
+    p.add_argument("-V", "--version", action="store_true", help="print the version and exit")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     t = sub.add_parser("train", help="train a network headless")
     t.add_argument("config", help="a config .toml, or the name of one in assets/configs (quadrant, cnn, ...)")
@@ -425,9 +445,9 @@ def _train(args) -> int:
                 jsonl.write(event.to_json() + "\n")
                 jsonl.flush()
             except OSError as exc:
-                lost.append(f"--jsonl {args.jsonl}: writing the events failed ({exc.strerror or exc}) "
-                            f"at {event.kind}; the run went on")
-                print(f"layerlab: warning: {lost[0]}", file=sys.stderr)
+                lost.append((event.kind, exc.strerror or str(exc)))
+                print(f"layerlab: warning: --jsonl {args.jsonl}: writing the events failed ({lost[0][1]}) at "
+                      f"{event.kind}; the run goes on", file=sys.stderr)
         if text is not None:
             text(event)
 
@@ -465,7 +485,8 @@ def _train(args) -> int:
             cluster.abort(end.exit_code)
         return end.exit_code
     if lost:
-        print(f"layerlab: error: {lost[0]}", file=sys.stderr)
+        print(f"layerlab: error: --jsonl {args.jsonl}: the events from that {lost[0][0]} on are missing "
+              f"({lost[0][1]}); the run itself finished", file=sys.stderr)
         return EXIT_CONFIG
     if interrupted:  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP: the shell's convention
         return 128 + interrupted[0][0]
@@ -475,6 +496,9 @@ def _train(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _parser().parse_args(argv)
+    if args.version:
+        print(f"layerlab {package_version()}")
+        return EXIT_OK
     try:
         if args.command == "tui":
             # The engine never imports the app: `layerlab` (tui.launch) opens it.

@@ -5,7 +5,6 @@ The engine's CLI (nncore.cli) never imports the app; this launcher sits on the a
 from __future__ import annotations
 
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
 from nncore import cli
 
@@ -21,17 +20,10 @@ view reads; --store PATH uses another, --no-store none (the session's runs are k
 """
 
 
-def _version() -> str:
-    try:
-        return version("layerlab")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("--version", "-V"):
-        print(f"layerlab {_version()}")
+        print(f"layerlab {cli.package_version()}")
         return cli.EXIT_OK
     if argv and argv[0] != "tui":
         return cli.main(argv)

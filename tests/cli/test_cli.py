@@ -146,6 +146,37 @@ def test_sigint_stops_cleanly_with_weights_saved(tmp_path):
         assert all(np.all(np.isfinite(data[k])) for k in data.files)
 
 
+def test_help_lists_the_version_flag_and_the_exit_codes():
+    from nncore import cli
+
+    proc = layerlab("--help")
+    assert proc.returncode == 0 and "--version" in proc.stdout
+    codes = {int(line.split()[0]) for line in proc.stdout.split("exit codes:")[1].strip().splitlines()}
+    assert codes == {cli.EXIT_OK, cli.EXIT_CONFIG, cli.EXIT_DIVERGED, cli.EXIT_BACKEND, cli.EXIT_INTERRUPTED}
+    version = layerlab("--version")
+    assert version.returncode == 0 and version.stdout.startswith("layerlab ") and not version.stderr
+
+
+def test_jsonl_to_a_closed_pipe_says_what_is_missing(tmp_path):
+    # `layerlab train ... --jsonl - | head -1`: the reader goes away; the run trains to its end and is recorded,
+    # and stderr says so once as it happens and once at the end, in words that agree, with exit 2.
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "quadrant", "--epochs", "2",
+                             "--jsonl", "-", "--store", str(tmp_path / "runs.sqlite")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert json.loads(proc.stdout.readline())["event"] == "run_started"
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 2
+    lines = stderr.strip().splitlines()
+    assert "Traceback" not in stderr and len(lines) == 2, stderr
+    assert lines[0].startswith("layerlab: warning: --jsonl -: writing the events failed (Broken pipe)")
+    assert lines[0].endswith("the run goes on")
+    assert lines[1].startswith("layerlab: error: --jsonl -: the events from that ")
+    assert lines[1].endswith("are missing (Broken pipe); the run itself finished")
+    listed = layerlab("runs", "list", "--store", tmp_path / "runs.sqlite")
+    assert listed.returncode == 0 and "finished" in listed.stdout, listed.stdout + listed.stderr
+
+
 def test_no_arguments_opens_the_app_on_the_default(monkeypatch):
     import tui.app
     from tui import launch
