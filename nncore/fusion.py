@@ -56,6 +56,11 @@ class Part:
         runner = self.fused or self.layers[0]
         return runner.linear if isinstance(runner, LinearAct) else runner
 
+    def pack_weight(self, ws, params) -> None:
+        """Pack W from params into the workspace's W panels (what the forward does when not ``packed``)."""
+        lin = self._linear()
+        K_gemm.weight_panels(ws.scratch[self.first]["wt"], params, lin.offsets["weight"], lin.out_features, lin.cl_c)
+
     def sync_weight(self, ws, params) -> None:
         """Copy W back to params from the workspace's W panels, where a ``panels_only`` step left it."""
         lin = self._linear()

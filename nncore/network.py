@@ -313,11 +313,22 @@ class Sequential:
         return frozenset(k for k, p in enumerate(self.parts)
                          if p.sgd_range() in applied and not self.need_dinp[p.first])
 
-    def _begin_step(self, applied: list) -> frozenset:
-        """Before a step: params brought up to date where this step will not keep W in the panels."""
+    def _begin_step(self, ws: Workspace, applied: list) -> frozenset:
+        """Before a step on ``ws``: params brought up to date where this step will not keep W in the panels, and
+        where it applies SGD to W (``applied``), those parts' panels in ``ws`` packed now, outside the step's
+        graph: every step then runs the same graph, whose forward reads the panels as they are (a step that
+        packed them itself would be another graph to build, at step 1 and again after each change of
+        workspace)."""
         keep = self._kept_in_panels(applied) if applied else frozenset()
         if self._packed is not None and not self._packed[2] <= keep:
             self._sync()
+        if applied:
+            parts = frozenset(k for k, p in enumerate(self.parts) if p.sgd_range() in applied)
+            if self._packed is None or self._packed[0] is not ws or not parts <= self._packed[1]:
+                self._sync()
+                for k in sorted(parts):
+                    self.parts[k].pack_weight(ws, self._params)
+                self._packed = (ws, parts, frozenset())
         return keep
 
     def _check_live(self) -> None:
@@ -411,7 +422,7 @@ class Sequential:
         sync()
         t = {"data": (t1 := now()) - t0}
         applied = self._sgd_applied(optimizer, reduce)  # as train_step: the same kernels, timed part by part
-        keep = self._begin_step(applied)
+        keep = self._begin_step(ws, applied)
         packed = self._panels_for(ws)
         for k, part in enumerate(self.parts):
             part.forward(ws, self._params, k in packed)
@@ -469,7 +480,7 @@ class Sequential:
         one graph (two around a ``reduce``). For plain SGD on the CPU, backward updates the wide Linears' W
         itself (``_sgd_applied``), and ``self.grads`` then holds no gradient for those weights."""
         applied = self._sgd_applied(optimizer, reduce)
-        keep = self._begin_step(applied)
+        keep = self._begin_step(ws, applied)
 
         def launches():
             if gather is not None:

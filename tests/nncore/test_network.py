@@ -441,3 +441,4 @@ def test_packed_weights_kept_between_steps(arch, rng, layers, shape, kept):
             assert np.array_equal(opts[0].state_dict()["velocity"], opts[1].state_dict()["velocity"])
     assert used == 2  # steps 1 and 5 followed a step on their workspace with nothing written in between
     assert stale == kept
+    assert nets[0].graphs.built == 1  # W packed outside the step's graph: one graph for both workspaces
