@@ -8,7 +8,7 @@ import time
 from typing import TextIO
 
 from .events import EpochEnd, Event, RunFailed, RunFinished, RunStarted, Step
-from .store import mean_rate
+from .store import mean_rate, rate_basis
 
 
 def timing_table(timings) -> list[str]:
@@ -101,6 +101,6 @@ class TextReporter:
                f"test acc {event.test_acc:.4f} (best {event.best_test_acc:.4f})")
         batch = self.started.config["train"]["batch_size"] if self.started else 0
         per_s = mean_rate(self.epochs, batch) if self.epochs else event.samples_per_s  # step 1 (compiling)
-        # Step 1 (the compile) left out, as the run store and the app leave it; the line says so.
-        rate = "" if per_s is None else f"{per_s:,.0f} samples/s after step 1, "
+        # Epoch 1 (or within it step 1: compiling) left out, as the run store and the app leave it; the line says so.
+        rate = "" if per_s is None else f"{per_s:,.0f} samples/s {rate_basis(len(self.epochs))}, "
         self._line(f"{state}: {event.epochs} epoch(s), {event.steps} steps, {acc}, {rate}{event.total_s:.1f} s{saved}")

@@ -359,27 +359,38 @@ class Store:
         return out
 
 
-def _training_time(epochs: list[dict], batch: int) -> tuple[float, float]:
-    """Seconds and samples of training over the epochs, step 1 (it compiles the kernels) left out where the
-    epochs say how long it took and there is more than that step."""
+def _training_time(epochs: list[dict], batch: int) -> tuple[float, float, int]:
+    """Seconds, samples and epochs of training once under way: the epochs after the first where there are
+    more (the first compiles or loads the kernels: step 1's above all, but also those first met later in it,
+    such as the part-by-part kernels of the first timed step), else the first with step 1 left out where it
+    says how long that took and holds more than that step."""
+    if len(epochs) > 1:
+        epochs = epochs[1:]
+        return sum(e["epoch_s"] for e in epochs), sum(e["samples_per_s"] * e["epoch_s"] for e in epochs), len(epochs)
     seconds = sum(e["epoch_s"] for e in epochs)
     samples = sum(e["samples_per_s"] * e["epoch_s"] for e in epochs)
     first = sum(e.get("first_step_s") or 0.0 for e in epochs)
     if first and seconds > first and samples > batch:
         seconds, samples = seconds - first, samples - batch
-    return seconds, samples
+    return seconds, samples, len(epochs)
+
+
+def rate_basis(n_epochs: int) -> str:
+    """What :func:`mean_rate` leaves out, for a run of ``n_epochs`` completed epochs, in words."""
+    return "after epoch 1" if n_epochs > 1 else "after step 1"
 
 
 def mean_rate(epochs: list[dict], batch: int) -> float | None:
-    """A run's training samples per second over its epochs, leaving out step 1 (it compiles the kernels), as
-    the app's Runs view does; None without a timed epoch."""
-    seconds, samples = _training_time(epochs, batch)
+    """A run's training samples per second once under way (``_training_time``), as the app's Runs view shows
+    it; None without a timed epoch."""
+    seconds, samples, _ = _training_time(epochs, batch)
     return samples / seconds if seconds > 0 else None
 
 
 def mean_epoch_s(epochs: list[dict], batch: int) -> float | None:
-    """Mean training time of the epochs, step 1 left out as in :func:`mean_rate`; None without an epoch."""
-    return _training_time(epochs, batch)[0] / len(epochs) if epochs else None
+    """Mean training time of an epoch, over the epochs :func:`mean_rate` counts; None without an epoch."""
+    seconds, _, n = _training_time(epochs, batch)
+    return seconds / n if n else None
 
 
 class Recorder:

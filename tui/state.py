@@ -194,9 +194,9 @@ def plural(n: int, word: str) -> str:
 
 @dataclass
 class RunRecord:
-    """One run of the session. ``samples_per_s`` and ``s_per_epoch`` are both over the run's training time so
-    far (paused time and step 1, which compiles the kernels, excluded): samples trained over that time, and
-    that time over the epochs completed."""
+    """One run of the session. ``samples_per_s`` and ``s_per_epoch`` are both over the run's training time once
+    under way (nncore.store.mean_rate: the epochs after the first, which compiles the kernels, or within the
+    first after step 1; paused time excluded): samples trained over that time, and that time per epoch."""
 
     network: str
     arch: str
@@ -230,8 +230,8 @@ COLUMNS = ["network", "arch", "samples_per_s", "speedup", "test_acc", "status", 
 HEADERS = {"samples_per_s": "samples/s", "test_acc": "test acc", "s_per_epoch": "s/epoch", "threads": "thr",
            "epochs": "ep"}
 MEANING = {
-    "samples_per_s": "training samples per second over the run so far (paused time and step 1, which compiles "
-                     "the kernels, excluded)",
+    "samples_per_s": "training samples per second once under way: over the epochs after the first, which "
+                     "compiles the kernels (within the first, after step 1); paused time excluded",
     "speedup": "samples/s over the latest cpu-serial run of the same network and batch size",
     "test_acc": "accuracy on the test set after the last completed epoch (— before the first)",
     "s_per_epoch": "mean training time of the completed epochs, measured as samples/s is",

@@ -98,9 +98,12 @@ def test_saved_draft_opens_again(tmp_path):
 def test_run_record_rates_are_over_the_run():
     run = RunRecord("n", "cpu-serial", 1, 32)
     run.add_epoch({"epoch": 1, "test_acc": 0.5, "epoch_s": 2.0, "samples_per_s": 1000.0})
+    assert run.s_per_epoch == pytest.approx(2.0) and run.samples_per_s == pytest.approx(1000.0)
     run.add_epoch({"epoch": 2, "test_acc": 0.7, "epoch_s": 1.0, "samples_per_s": 2000.0})
-    assert run.s_per_epoch == pytest.approx(1.5) and run.samples_per_s == pytest.approx(4000 / 3)
-    assert run.test_acc == 0.7 and run.epochs == 2
+    run.add_epoch({"epoch": 3, "test_acc": 0.7, "epoch_s": 3.0, "samples_per_s": 1000.0})
+    # From epoch 2 on, epoch 1 (which compiles the kernels) is left out: 5000 samples in 4.0 s over 2 epochs.
+    assert run.s_per_epoch == pytest.approx(2.0) and run.samples_per_s == pytest.approx(5000 / 4)
+    assert run.test_acc == 0.7 and run.epochs == 3
     assert RunRecord("n", "cpu-serial", 1, 32).test_acc is None  # no evaluation: no accuracy
     # Step 1 (compiling the kernels) is left out of the rate: 2000 samples in 2.0 s of which step 1 took 1.5 s.
     run = RunRecord("n", "cpu-serial", 1, 32)
