@@ -111,6 +111,32 @@ async def test_delete_and_export_from_the_view(fixed_env, tmp_path):
         assert exported == [json.loads(json.dumps(Store().run(ids[0])))]
 
 
+async def test_a_new_run_shows_at_the_top_at_80x24(fixed_env):
+    # At the top row the table follows the newest run, scrolled to it; with another run selected, that run
+    # stays selected when a new one comes in above.
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        cfg = app._run_config()
+        rec = lambda: record(app.store, scripted_run(epochs=1), cfg)  # noqa: E731
+        ids = [rec() for _ in range(4)]
+        app._show_runs()
+        await pilot.press("4")
+        await pilot.pause()
+        pane, table = app.query_one("#runs-pane"), app.query_one("#runs-table", DataTable)
+        assert pane.selected_id() == ids[-1]
+        ids.append(rec())
+        app._show_runs()
+        await pilot.pause()
+        assert pane.selected_id() == ids[-1] and table.cursor_row == 0 and table.scroll_y == 0
+        await pilot.press("down", "down")
+        chosen = pane.selected_id()
+        assert chosen == ids[-3]
+        ids.append(rec())
+        app._show_runs()
+        await pilot.pause()
+        assert pane.selected_id() == chosen and [int(r["id"]) for r in _rows(app)][0] == ids[-1]
+
+
 async def test_a_running_run_is_not_deleted_and_a_sweep_has_no_curves(fixed_env):
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:

@@ -72,6 +72,9 @@ class RunsPane(Guarded, Vertical):
             return
         table = self.query_one(DataTable)
         keep = self.selected_id()
+        # At the top row the view follows the newest run (a run just started goes in above it); elsewhere the
+        # selected run stays selected.
+        at_top = table.row_count == 0 or table.cursor_row <= 0
         self.rows, self.total = store_rows(rows, self.marked), total
         cells = [[_cell(c, r[c]) for c in STORE_COLUMNS] for r in self.rows]
         if table.row_count == len(cells) and all(
@@ -85,8 +88,11 @@ class RunsPane(Guarded, Vertical):
             for row in cells:
                 table.add_row(*row, key=row[1])
             ids = [r["id"] for r in self.rows]
-            if keep in ids:
+            if keep in ids and not at_top:
                 table.move_cursor(row=ids.index(keep), animate=False)
+            else:
+                table.move_cursor(row=0, animate=False)
+                table.scroll_home(animate=False)
         self._hint()
         self.show_curves()
 
