@@ -166,12 +166,6 @@ def _compiled(kern, args, in_place: bool):
     return primal.compiled_kernels[key]
 
 
-def _signature(calls) -> tuple:
-    """What a graph is cached under: each call's kernel and its template values (other arguments are
-    symbolic; their dtypes and dimensions are fixed by the kernels' annotations)."""
-    return _key(calls, False)[0]
-
-
 def _values(calls) -> dict:
     """The graph's arguments for these calls, scalars converted to their parameter's type."""
     values = {}
@@ -229,11 +223,6 @@ class _Shaped(AnyArray):
     @property
     def shape(self):
         return list(self._shape)
-
-
-def _sharing(calls) -> tuple:
-    """Which runtime arguments are the same ndarray: each ndarray argument's index among the distinct ones."""
-    return _key(calls, True)[1]
 
 
 def _n_params(calls) -> int:
@@ -329,10 +318,11 @@ def apply_plan(plan, calls) -> list:
 
 
 def _key(calls, fused: bool, static: bool = False) -> tuple:
-    """What a step's graph is cached under, in one pass: (``_signature``, and where ``fused`` is on ``_sharing``
-    too, since a fused kernel's parameters follow the ndarrays' sharing; else None), and where ``static`` is on
-    also every ndarray argument's shape and the loop-bound integers (``_Slots.consts``), which a static fused
-    kernel fixes."""
+    """What a step's graph is cached under, in one pass: (the signature: each call's kernel and its template
+    values, the other arguments being symbolic; and where ``fused`` is on the sharing: each ndarray argument's
+    index among the distinct ones, since a fused kernel's parameters follow it; else None), and where ``static``
+    is on also every ndarray argument's shape and the loop-bound integers (``_Slots.consts``), which a static
+    fused kernel fixes."""
     try:
         return _key_of(calls, fused, static)
     except AttributeError:  # a kernel seen for the first time: make its _slots

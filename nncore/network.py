@@ -307,29 +307,23 @@ class Sequential:
             return frozenset()
         return self._packed[1]
 
-    def _kept_in_panels(self, applied: list) -> frozenset:
-        """The parts whose new W a step that applies SGD to ``applied`` leaves in the panels alone: those that
-        form no input gradient (which would read W from params)."""
-        return frozenset(k for k, p in enumerate(self.parts)
-                         if p.sgd_range() in applied and not self.need_dinp[p.first])
-
-    def _begin_step(self, ws: Workspace, applied: list) -> frozenset:
-        """Before a step on ``ws``: params brought up to date where this step will not keep W in the panels, and
-        where it applies SGD to W (``applied``), those parts' panels in ``ws`` packed now, outside the step's
-        graph: every step then runs the same graph, whose forward reads the panels as they are (a step that
-        packed them itself would be another graph to build, at step 1 and again after each change of
-        workspace)."""
-        keep = self._kept_in_panels(applied) if applied else frozenset()
-        if self._packed is not None and not self._packed[2] <= keep:
+    def _begin_step(self, ws: Workspace, applied: list) -> tuple[frozenset, frozenset]:
+        """Before a step on ``ws`` that applies SGD to the W ranges ``applied``: returns those parts, and of them
+        the ones that leave their new W in the panels alone (those that form no input gradient, which would read
+        W from params). params is brought up to date where this step will not keep W in the panels, and the
+        parts' panels in ``ws`` are packed now, outside the step's graph: every step then runs the same graph,
+        whose forward reads the panels as they are (a step that packed them itself would be another graph to
+        build, at step 1 and again after each change of workspace)."""
+        parts = frozenset(k for k, p in enumerate(self.parts) if p.sgd_range() in applied)
+        keep = frozenset(k for k in parts if not self.need_dinp[self.parts[k].first])
+        current = self._packed is not None and self._packed[0] is ws and parts <= self._packed[1]
+        if not current or not self._packed[2] <= keep:
             self._sync()
-        if applied:
-            parts = frozenset(k for k, p in enumerate(self.parts) if p.sgd_range() in applied)
-            if self._packed is None or self._packed[0] is not ws or not parts <= self._packed[1]:
-                self._sync()
-                for k in sorted(parts):
-                    self.parts[k].pack_weight(ws, self._params)
-                self._packed = (ws, parts, frozenset())
-        return keep
+        if parts and not current:
+            for k in sorted(parts):
+                self.parts[k].pack_weight(ws, self._params)
+            self._packed = (ws, parts, frozenset())
+        return parts, keep
 
     def _check_live(self) -> None:
         if self._gen != runtime.generation():
@@ -389,12 +383,11 @@ class Sequential:
             part.forward(ws, self._params, k in packed)
         return ws.logits
 
-    def _stepped(self, ws: Workspace, applied: list, keep: frozenset) -> None:
-        """After a step on ``ws`` whose backward applied SGD to the W ranges ``applied``: those parts' panels in
-        ``ws`` now hold the new W (gemm_cpu.linear_dweight), the parts in ``keep`` there alone, and every other
+    def _stepped(self, ws: Workspace, parts: frozenset, keep: frozenset) -> None:
+        """After a step on ``ws`` whose backward applied SGD to the W of ``parts`` (``_begin_step``): their panels
+        in ``ws`` now hold the new W (gemm_cpu.linear_dweight), those of ``keep`` there alone, and every other
         workspace's panels are out of date."""
-        self._packed = (ws, frozenset(k for k, p in enumerate(self.parts) if p.sgd_range() in applied), keep) \
-            if applied else None
+        self._packed = (ws, parts, keep) if parts else None
 
     def loss_grad(self, ws: Workspace) -> None:
         """Per-sample losses and d(loss)/d(logits) into ``ws``."""
@@ -422,7 +415,7 @@ class Sequential:
         sync()
         t = {"data": (t1 := now()) - t0}
         applied = self._sgd_applied(optimizer, reduce)  # as train_step: the same kernels, timed part by part
-        keep = self._begin_step(ws, applied)
+        parts, keep = self._begin_step(ws, applied)
         packed = self._panels_for(ws)
         for k, part in enumerate(self.parts):
             part.forward(ws, self._params, k in packed)
@@ -446,7 +439,7 @@ class Sequential:
             t["allreduce"] = (t2 := now()) - t1
             t1 = t2
         self._update(optimizer, applied)
-        self._stepped(ws, applied, keep)
+        self._stepped(ws, parts, keep)
         sync()
         t["optimizer"] = now() - t1
         return {"fwd": fwd, "bwd": bwd, **t}
@@ -480,7 +473,7 @@ class Sequential:
         one graph (two around a ``reduce``). For plain SGD on the CPU, backward updates the wide Linears' W
         itself (``_sgd_applied``), and ``self.grads`` then holds no gradient for those weights."""
         applied = self._sgd_applied(optimizer, reduce)
-        keep = self._begin_step(ws, applied)
+        parts, keep = self._begin_step(ws, applied)
 
         def launches():
             if gather is not None:
@@ -500,7 +493,7 @@ class Sequential:
         if reduce is not None:
             reduce()
             self.graphs.run(update)
-        self._stepped(ws, applied, keep)
+        self._stepped(ws, parts, keep)
 
     def predict(self, x: np.ndarray, batch: int = 256) -> np.ndarray:
         """Logits for host inputs (tests, interop): copies in and out, so not for the training loop."""

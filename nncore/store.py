@@ -364,15 +364,13 @@ def _training_time(epochs: list[dict], batch: int) -> tuple[float, float, int]:
     more (the first compiles or loads the kernels: step 1's above all, but also those first met later in it,
     such as the part-by-part kernels of the first timed step), else the first with step 1 left out where it
     says how long that took and holds more than that step."""
-    if len(epochs) > 1:
-        epochs = epochs[1:]
-        return sum(e["epoch_s"] for e in epochs), sum(e["samples_per_s"] * e["epoch_s"] for e in epochs), len(epochs)
-    seconds = sum(e["epoch_s"] for e in epochs)
-    samples = sum(e["samples_per_s"] * e["epoch_s"] for e in epochs)
-    first = sum(e.get("first_step_s") or 0.0 for e in epochs)
+    counted = epochs[1:] if len(epochs) > 1 else epochs
+    seconds = sum(e["epoch_s"] for e in counted)
+    samples = sum(e["samples_per_s"] * e["epoch_s"] for e in counted)
+    first = (epochs[0].get("first_step_s") or 0.0) if len(epochs) == 1 else 0.0
     if first and seconds > first and samples > batch:
         seconds, samples = seconds - first, samples - batch
-    return seconds, samples, len(epochs)
+    return seconds, samples, len(counted)
 
 
 def rate_basis(n_epochs: int) -> str:

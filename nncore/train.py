@@ -237,6 +237,13 @@ class Trainer:
         active = lambda: time.perf_counter() - t0 - (self.paused_s - paused0)  # noqa: E731 (seconds not paused)
         if cl is not None:
             cl.comm_s = 0.0
+
+        def log() -> None:  # a Step event for the last step taken (the loop's variables as they are now)
+            elapsed = max(active(), 1e-9)
+            loss = self._global_sum(ws.loss_value() * nb if nb else 0.0) / b
+            share = cl.comm_s / elapsed if cl is not None else None
+            self.emit(Step(self.epoch, self.step, loss, done / elapsed, share))
+
         for start in range(offset, n, self.batch):
             if self._stopping():
                 break
@@ -263,13 +270,6 @@ class Trainer:
             if self.step == 1:
                 runtime.sync()
                 self.first_step_s = first_s = active()
-
-            def log() -> None:
-                elapsed = max(active(), 1e-9)
-                loss = self._global_sum(ws.loss_value() * nb if nb else 0.0) / b  # noqa: B023 (called now)
-                share = cl.comm_s / elapsed if cl is not None else None
-                self.emit(Step(self.epoch, self.step, loss, done / elapsed, share))  # noqa: B023
-
             # (log_next is the app's single step; a distributed run has none: collectives follow from here)
             if self.step % self.log_every == 0 or (self.log_next and cl is None):
                 self.log_next = False
