@@ -177,10 +177,10 @@ class LayerlabApp(GuardedApp):
         self._update_controls()
 
     def _ask_path(self, title: str, name: str, suffixes: tuple[str, ...], then, must_exist: bool = False,
-                  check=None) -> None:
+                  check=None, names: dict[str, Path] | None = None) -> None:
         value = str(self.save_dir / name) if name else str(self.save_dir) + os.sep
-        self.open_dialog(PathScreen(title, value, must_exist, suffixes, make_dir=self.save_dir, check=check),
-                         lambda path: path and then(Path(path)))
+        self.open_dialog(PathScreen(title, value, must_exist, suffixes, make_dir=self.save_dir, check=check,
+                                    names=names), lambda path: path and then(Path(path)))
 
     def _write(self, path: Path, text: str, what: str) -> None:
         try:
@@ -210,8 +210,9 @@ class LayerlabApp(GuardedApp):
                 return str(err)
             return None
 
-        self._ask_path("Open a config file", "", (), lambda p: self.open_config(str(p)), must_exist=True,
-                       check=refused)
+        # A preset's name opens it, as `layerlab train NAME` does.
+        self._ask_path("Open a config file, or a preset by name", "", (), lambda p: self.open_config(str(p)),
+                       must_exist=True, check=refused, names=preset_configs())
 
     def action_export(self) -> None:
         """The marked runs, or every run in the store, as CSV (a row per epoch) or JSON (each run whole)."""

@@ -324,6 +324,32 @@ async def test_model_fields_answer_inline(fixed_env, name, value, needle):
         await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)
 
 
+async def test_open_prompt_takes_preset_names_as_the_cli_does(fixed_env, tmp_path):
+    """ctrl+o opens a preset by its bare name (as `layerlab train NAME` does), typed alone or after the directory
+    the prompt starts in; an unknown name is answered with what is accepted."""
+    from pathlib import Path
+
+    from tui.screens.path import PathScreen
+
+    shipped = sorted(p.stem for p in (Path(__file__).parents[2] / "assets" / "configs").glob("*.toml"))
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        for typed, name in (("cnn", "cnn"), ("{start}net-1h", "net-1h")):
+            await pilot.press("ctrl+o")
+            prompt = app.screen.query_one("#path-input", Input)
+            prompt.value = typed.format(start=prompt.value)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: not isinstance(app.screen, PathScreen))
+            assert app.draft.name == name and app.sub_title == name
+        await pilot.press("ctrl+o")
+        app.screen.query_one("#path-input", Input).value = "cnnx"
+        await pilot.press("enter")
+        hint = str(app.screen.query_one("#path-hint").render())
+        assert isinstance(app.screen, PathScreen) and "cnnx: no such file, nor a preset" in hint
+        assert all(name in hint for name in shipped)
+        assert app.draft.name == "net-1h"
+
+
 async def test_open_and_save_prompts_answer_bad_paths_in_place(fixed_env, tmp_path):
     from tui.screens.path import PathScreen
     from tui.screens.pick import ConfirmScreen

@@ -35,11 +35,14 @@ class PathScreen(Guarded, ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="cancel_path")]
 
     def __init__(self, title: str, value: str = "", must_exist: bool = False, suffixes: tuple[str, ...] = (),
-                 make_dir: Path | None = None, check=None) -> None:
-        """``check(path)``: a further reason to refuse the path (a config that does not open), or None."""
+                 make_dir: Path | None = None, check=None, names: dict[str, Path] | None = None) -> None:
+        """``check(path)``: a further reason to refuse the path (a config that does not open), or None.
+        ``names``: names taken as they are where no such file exists (the presets, as the CLI takes them),
+        typed alone or after the directory the prompt starts in."""
         super().__init__()
         self.title_text, self.value, self.must_exist = title, value, must_exist
         self.suffixes, self.make_dir, self.check = suffixes, make_dir, check
+        self.names = names or {}
 
     def compose(self) -> ComposeResult:
         with Vertical(id="path-box", classes="dialog"):
@@ -63,7 +66,12 @@ class PathScreen(Guarded, ModalScreen[str | None]):
             self._say("give a file name")
             return
         path = Path(os.path.abspath(Path(text).expanduser()))
+        named = self._named(text, path)
+        if named is not None:
+            path = named
         problem = problem_with(path, self.must_exist, self.suffixes, self.make_dir)
+        if problem is not None and self.names and not path.exists():
+            problem += f", nor a preset ({', '.join(self.names)})"
         if problem is None and self.check is not None:
             problem = self.check(path)
         if problem:  # answered in place; the prompt stays open
@@ -79,6 +87,18 @@ class PathScreen(Guarded, ModalScreen[str | None]):
                 self._say("not overwritten; give another name")
 
         self.app.push_screen(ConfirmScreen(f"{path} exists. Overwrite it?"), answered)
+
+    def _named(self, text: str, path: Path) -> Path | None:
+        """The file a name of ``names`` stands for, where ``text`` is such a name (alone, or after the directory
+        the prompt started in) and no file of that path exists."""
+        if path.exists():
+            return None
+        start = Path(os.path.abspath(Path(self.value).expanduser())) if self.value else None
+        if start is not None and not self.value.endswith(os.sep):
+            start = start.parent  # the prompt started on a file: its directory
+        if text in self.names:
+            return self.names[text]
+        return self.names.get(path.name) if path.parent == start else None
 
     def action_cancel(self) -> None:
         self.dismiss(None)
