@@ -220,11 +220,24 @@ def open_store(args, quiet: bool = False):
     from nncore.store import Store, StoreError
 
     try:
-        return Store(args.store)
+        store = Store(args.store)
     except StoreError as exc:
         if not quiet:
             print(f"layerlab: warning: {exc}; going on without recording the run", file=sys.stderr)
         return None
+    if store.created and args.store is not None:  # a store named on the command line: a typo shows here
+        print(f"layerlab: new run store created: {os.path.abspath(store.path)}", file=sys.stderr)
+    return store
+
+
+def check_store_arg(path: str | None) -> None:
+    """A --store PATH must be in a directory that exists (checked before anything runs: a typo would otherwise
+    start a store of its own, or, with the directory made, a new tree)."""
+    if path is None:
+        return
+    parent = Path(path).expanduser().parent
+    if not parent.is_dir():
+        raise ConfigError(f"--store {path}: no directory {parent} (make it first, or give another path)")
 
 
 def _archs() -> int:
@@ -500,6 +513,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"layerlab {package_version()}")
         return EXIT_OK
     try:
+        if args.command in ("train", "sweep", "bench") and not getattr(args, "no_store", False):
+            try:
+                check_store_arg(getattr(args, "store", None))
+            except ConfigError as exc:
+                print(f"layerlab: error: {exc}", file=sys.stderr)
+                return exc.exit_code
         if args.command == "tui":
             # The engine never imports the app: `layerlab` (tui.launch) opens it.
             print("layerlab: error: the app is opened by the `layerlab` command, not by nncore.cli",

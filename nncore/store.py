@@ -116,7 +116,8 @@ def _alive(pid: int, start: str | None) -> bool:
 
 
 class Store:
-    """One open run store. ``Store(path)`` opens (creating it if absent), migrates, and marks dead runs."""
+    """One open run store. ``Store(path)`` opens (creating it if absent, in a directory that must exist), migrates,
+    and marks dead runs."""
 
     def __init__(self, path=None, timeout: float = 30.0, create: bool = True):
         """``path`` ``":memory:"``: a store of this process only (the app's when the file cannot be used);
@@ -132,6 +133,12 @@ class Store:
                              missing=True)
         if not self.memory and ((self.path.exists() and not self.path.is_file()) or kernel_file(self.path)):
             raise StoreError(f"run store {self.path}: not a regular file")  # a FIFO could block for ever
+        # A path given names a store in a directory that exists: a typo must not make a new tree of directories
+        # (the default location's are made on first use).
+        if not self.memory and path is not None and not self.path.parent.is_dir():
+            raise StoreError(f"run store {self.path}: no directory {self.path.parent} (make it first, or give "
+                             "another path)", missing=True)
+        self.created = not self.memory and not self.path.exists()  # a new store: the caller says where once
         try:
             if not self.memory:
                 self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -121,6 +121,9 @@ class LayerlabApp(GuardedApp):
         if self.store_arg is not False:
             try:
                 self.store = Store(self.store_arg)
+                if self.store.created and self.store_arg is not None:  # --store named a file not there: say so
+                    self.notify(f"new run store created: {os.path.abspath(self.store.path)}", timeout=10,
+                                markup=False)
                 return
             except StoreError as exc:
                 self.store_note = f"✗ {exc}; no history: this session's runs are kept until you quit"

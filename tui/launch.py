@@ -47,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     if len(rest) > 1 or (rest and rest[0].startswith("-")):
         print(f"layerlab: error: unexpected argument {rest[-1]!r}\n{USAGE}", end="", file=sys.stderr)
         return cli.EXIT_CONFIG
+    if isinstance(store, str):
+        try:
+            cli.check_store_arg(store)
+        except cli.ConfigError as exc:
+            print(f"layerlab: error: {exc}", file=sys.stderr)
+            return exc.exit_code
     from tui.app import run_app
 
     return run_app(rest[0] if rest else None, store)

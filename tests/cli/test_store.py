@@ -222,6 +222,7 @@ def test_two_processes_making_a_new_store_at_once_both_open_it(tmp_path):
     code = ("import sys; from nncore.store import Store; s = Store(sys.argv[1]); s.begin('train', 'x', {}); "
             "print(s.count())")
     for i in range(25):
+        (tmp_path / f"s{i}").mkdir()  # a path given names a store in a directory that exists
         path = str(tmp_path / f"s{i}" / "runs.sqlite")
         procs = [subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True) for _ in range(2)]
@@ -229,3 +230,25 @@ def test_two_processes_making_a_new_store_at_once_both_open_it(tmp_path):
             out, err = p.communicate(timeout=60)
             assert p.returncode == 0, err
         assert Store(path).count() == 2
+
+
+def test_a_store_path_in_a_missing_directory_is_refused_and_a_new_store_is_announced(tmp_path):
+    """--store never makes directories (a typo would start a store of its own in a new tree): a path in a missing
+    directory is a one-line error, exit 2, before anything runs; a new file in a directory that exists is created
+    and named once on stderr, and not again once it exists."""
+    from tui import launch
+
+    typo = tmp_path / "typo" / "runs.sqlite"
+    for argv in (("train", "quadrant", "--epochs", "1"), ("sweep", "quadrant", "--archs", "cpu-serial", "--batch",
+                                                         "16", "--steps", "1", "--out", tmp_path / "sw")):
+        proc = layerlab(*argv, "--store", typo)
+        assert proc.returncode == 2 and proc.stdout == ""
+        one_line_error(proc, f"--store {typo}: no directory {typo.parent}")
+    assert launch.main(["tui", "--store", str(typo)]) == 2
+    with pytest.raises(StoreError, match="no directory"):
+        Store(typo)
+    assert not typo.parent.exists() and not (tmp_path / "sw").exists()
+    path = tmp_path / "runs.sqlite"
+    said = [layerlab("train", "quadrant", "--epochs", "1", "--store", path).stderr for _ in range(2)]
+    assert said[0].count(f"new run store created: {path}") == 1 and "new run store" not in said[1]
+    assert len(Store(path).runs()) == 2

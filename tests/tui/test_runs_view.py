@@ -212,3 +212,15 @@ async def test_no_store_keeps_the_session_only(fixed_env, fake_runs, tmp_path):
         await pilot.pause()
         assert len(_rows(app)) == 1 and "--no-store" in screen_text(app)
     assert not (tmp_path / "home" / "runs.sqlite").exists()
+
+
+async def test_a_store_named_that_is_not_there_yet_is_announced_once(fixed_env, tmp_path):
+    """--store PATH for a file not there yet: the app makes the store and says where, once (a typo shows)."""
+    path = tmp_path / "new.sqlite"
+    for _ in range(2):
+        app = LayerlabApp("quadrant", store=str(path))
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            said = [n.message for n in app._notifications if "new run store" in n.message]
+        assert said == ([f"new run store created: {path}"] if _ == 0 else [])
+    assert path.is_file()
