@@ -151,7 +151,7 @@ def _parser() -> argparse.ArgumentParser:
     rl = rsub.add_parser("list", help="runs, newest first")
     rl.add_argument("--network", help="only runs of this config name")
     rl.add_argument("--arch", choices=["cpu-serial", "cpu-parallel", "cuda"])
-    rl.add_argument("--status", choices=["running", "finished", "stopped", "failed", "died"])
+    rl.add_argument("--status", choices=["running", "finished", "stopped", "failed", "refused", "died"])
     rl.add_argument("--since", metavar="YYYY-MM-DD", help="only runs started on or after this day")
     rl.add_argument("--limit", type=_int_arg, default=50, help="at most N runs (default 50; 0: all)")
     rl.add_argument("--json", action="store_true", help="JSON instead of a table")

@@ -19,10 +19,10 @@ import sqlite3
 import time
 from pathlib import Path
 
-from .errors import LayerlabError
+from .errors import BackendUnavailable, LayerlabError
 
 SCHEMA_VERSION = 1
-STATUSES = ("running", "finished", "stopped", "failed", "died")
+STATUSES = ("running", "finished", "stopped", "failed", "refused", "died")  # refused: the backend was unavailable
 MEMORY = ":memory:"
 
 _SCHEMA = [
@@ -429,10 +429,13 @@ class Recorder:
                 device=e["device"], n_params=e["n_params"], steps_per_epoch=e["steps_per_epoch"],
                 train_samples=e["train_samples"], test_samples=e["test_samples"])
             return
+        refused = False
         if self.run_id is None:
             if kind != "run_failed":
                 return
-            # Failed before it started (e.g. the backend is unavailable): recorded as failed, with its error.
+            # Failed before it started: recorded with its error. Where the backend asked for is unavailable, it
+            # is "refused", not "failed": nothing ran (the set-up that did start and failed stays "failed").
+            refused = e.get("exit_code") == BackendUnavailable.exit_code
             self.run_id = self.store.begin(self.kind, self.name, self.config, arch=self.config.get("train", {})
                                            .get("arch"))
         if kind == "step":
@@ -443,6 +446,7 @@ class Recorder:
         elif kind in ("run_finished", "run_failed"):
             self.store.add_steps(self.run_id, self.steps)
             self.steps = []
-            status = "failed" if kind == "run_failed" else ("stopped" if e["stopped"] else "finished")
+            status = ("refused" if refused else "failed") if kind == "run_failed" else \
+                ("stopped" if e["stopped"] else "finished")
             self.store.update(self.run_id, status=status, ended=time.time(), summary=json.dumps(e),
                               error=e.get("error"), exit_code=e.get("exit_code"))

@@ -18,7 +18,7 @@ from textual.widgets import Button, Header, Input, Select, TabbedContent, TabPan
 from nncore import paths
 from tui import compat  # noqa: F401 (fixes to Textual, before anything is built)
 from nncore.config import RunConfig, check_run, load_config, preset_configs
-from nncore.errors import ConfigError, DataError, LayerlabError
+from nncore.errors import BackendUnavailable, ConfigError, DataError, LayerlabError
 from nncore.fileio import write_atomic
 from nncore.runscli import export_text
 from nncore.runtime import available_archs
@@ -367,7 +367,10 @@ class LayerlabApp(GuardedApp):
         elif kind == "loading":  # the training process reading its data, before run_started
             self._update_controls(msg["message"])
         elif kind == "run_failed":
-            self._end_run("failed", f"failed: {msg['error']}", error=True, steps=msg.get("step", 0))
+            # Before run_started with the backend unavailable nothing ran: refused, as the run store records it.
+            refused = self.steps_total == 0 and msg.get("exit_code") == BackendUnavailable.exit_code
+            status = "refused" if refused else "failed"
+            self._end_run(status, f"{status}: {msg['error']}", error=True, steps=msg.get("step", 0))
 
     def _end_run(self, status: str, text: str, error: bool = False, steps: int = 0) -> None:
         if self.current is not None:

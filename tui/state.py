@@ -206,7 +206,7 @@ class RunRecord:
     test_acc: float | None = None  # None: no evaluation yet
     s_per_epoch: float | None = None
     samples_per_s: float | None = None
-    status: str = "running"  # running | finished | stopped | failed | died
+    status: str = "running"  # running | finished | stopped | failed | refused | died
     config: dict = field(default_factory=dict, repr=False)
     ranks: int = 1  # MPI ranks of a distributed run
     epoch_events: list = field(default_factory=list, repr=False)  # the completed epochs' epoch_end events

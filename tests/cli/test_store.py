@@ -14,6 +14,7 @@ import time
 import pytest
 
 from nncore.config import load_config
+from nncore.errors import BackendUnavailable, DataError
 from nncore.events import EpochEnd, RunFailed, RunFinished, Step
 from nncore.store import SCHEMA_VERSION, Recorder, Store, StoreError
 from nncore.train import Trainer
@@ -173,14 +174,32 @@ def test_no_store_records_nothing_and_a_failed_run_is_recorded(tmp_path):
     assert run["status"] == "failed" and run["exit_code"] == 3 and "non-finite" in run["error"]
 
 
-def test_a_run_that_fails_before_it_starts_is_recorded_failed_not_died(tmp_path):
-    """A backend refused when the run sets up (RunFailed with no RunStarted before it) is a failed run with its
-    error and exit code, not one left "running" for the next open to call died."""
+def test_a_run_that_fails_before_it_starts_is_recorded_refused_or_failed_not_died(tmp_path):
+    """A run that fails when it sets up (RunFailed with no RunStarted before it) is recorded with its error and
+    exit code, not left "running" for the next open to call died: "refused" where the backend was unavailable
+    (nothing ran; exit 4), "failed" for any other set-up failure."""
     path = tmp_path / "runs.sqlite"
-    recorder = Recorder(Store(path), "quadrant", load_config("quadrant").to_dict())
-    recorder(RunFailed("cuda is unavailable: no CUDA driver", 4, 0, 0))
-    (run,) = Store(path).runs()
-    assert run["status"] == "failed" and run["exit_code"] == 4 and run["error"].startswith("cuda is unavailable")
+    for error, code in (("cuda is unavailable: no CUDA driver", BackendUnavailable.exit_code),
+                        ("/x/train-images-idx3-ubyte: truncated", DataError.exit_code)):
+        recorder = Recorder(Store(path), "quadrant", load_config("quadrant").to_dict())
+        recorder(RunFailed(error, code, 0, 0))
+    failed, refused = Store(path).runs()
+    assert refused["status"] == "refused" and refused["exit_code"] == 4 and refused["error"].startswith("cuda is")
+    assert failed["status"] == "failed" and failed["exit_code"] == 2 and "truncated" in failed["error"]
+
+
+def test_a_cuda_run_refused_for_want_of_a_gpu_is_listed_refused(tmp_path):
+    from nncore.runtime import available_archs
+
+    if next(a for a in available_archs() if a.name == "cuda").available:
+        pytest.skip("cuda works here: nothing is refused")
+    path = tmp_path / "runs.sqlite"
+    proc = layerlab("train", "quadrant", "--arch", "cuda", "--store", path)
+    assert proc.returncode == 4 and "cuda is unavailable" in proc.stderr
+    (run,) = json.loads(layerlab("runs", "--store", path, "list", "--status", "refused", "--json").stdout)
+    assert run["status"] == "refused" and run["arch"] == "cuda"
+    assert json.loads(layerlab("runs", "--store", path, "list", "--status", "failed", "--json").stdout) == []
+    assert " refused " in layerlab("runs", "--store", path, "list").stdout
 
 
 def test_sweeps_and_benchmarks_are_recorded_with_their_points(tmp_path):

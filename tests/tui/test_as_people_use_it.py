@@ -144,6 +144,34 @@ async def test_a_run_whose_set_up_fails_says_why(fixed_env, fake_runs):
         assert bar.total is not None  # not pulsing "--%"
 
 
+async def test_a_run_refused_for_its_backend_is_shown_refused_not_failed(fixed_env, fake_runs):
+    """The backend proves unavailable when the training process starts it (exit 4, before run_started): nothing
+    ran, so the run is "refused" on screen, in the Runs view and in the store, not "failed"."""
+    from nncore.errors import BackendUnavailable
+    from nncore.store import Store
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        refused = {"event": "run_failed", "error": "cuda is unavailable: no CUDA driver (libcuda.so.1 not found)",
+                   "exit_code": BackendUnavailable.exit_code, "epoch": 0, "step": 0}
+        import tui.app
+
+        original = tui.app.RunHandle
+        tui.app.RunHandle = lambda cfg, target=None, store=None: original(cfg, events=[refused], store=store)
+        try:
+            await pilot.press("s")
+            await wait_for(pilot, lambda: app.handle is None)
+        finally:
+            tui.app.RunHandle = original
+        await pilot.press("4")
+        await pilot.pause()
+        assert str(app.query_one("#run-state").render()).startswith("refused: cuda is unavailable")
+        assert app.runs[0].status == "refused"
+        table = app.query_one("#runs-table")
+        assert "refused" in [str(c) for c in table.get_row_at(0)]
+    assert [r["status"] for r in Store().runs()] == ["refused"]
+
+
 # -- keys -------------------------------------------------------------------------------------------------------
 async def test_typing_into_a_parameter_is_never_rewritten(fixed_env):
     app = LayerlabApp("quadrant")
