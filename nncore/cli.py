@@ -67,6 +67,12 @@ EXIT_CODES = """exit codes:
   130  interrupted by Ctrl-C (143 SIGTERM, 129 SIGHUP); the current step finishes and the weights are written"""
 
 
+def _alias(parser, name: str, dest: str, **kwargs) -> None:
+    """Accept ``name`` as another spelling of the option stored in ``dest`` (one spelling per idea across the
+    commands: --batch and --batch-size, --arch and --archs); --help shows only the canonical one."""
+    parser.add_argument(name, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="layerlab", description="Train small networks on Taichi backends and see where the time goes.",
                 epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=_int_arg)
     t.add_argument("--epochs", type=_int_arg)
     t.add_argument("--batch-size", type=_int_arg)
+    _alias(t, "--batch", "batch_size", type=_int_arg)
     t.add_argument("--lr", type=_float_arg)
     t.add_argument("--optimizer", choices=["sgd", "adam"])
     t.add_argument("--momentum", type=_float_arg)
@@ -115,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated, from: net-1h, net-1h-relu, net-2h, cnn32, cnn64, cnn256 "
                         "(default: all but net-1h-relu)")
     b.add_argument("--batch", default="64,256,1000", help="comma-separated batch sizes")
+    _alias(b, "--batch-size", "batch")
     b.add_argument("--arch", default="cpu-parallel", choices=["cpu-serial", "cpu-parallel", "cuda"])
     b.add_argument("--threads", type=_int_arg)
     b.add_argument("--steps", type=_int_arg, default=20, help="training steps per timed repeat")
@@ -130,7 +138,9 @@ def _parser() -> argparse.ArgumentParser:
     sw = sub.add_parser("sweep", help="scaling sweep: archs x threads x batch sizes x filters, with Amdahl")
     sw.add_argument("config")
     sw.add_argument("--archs", default="cpu-serial,cpu-parallel")
-    sw.add_argument("--batch", default="64,256,1000")
+    sw.add_argument("--batch", default="64,256,1000", help="comma-separated batch sizes")
+    _alias(sw, "--batch-size", "batch")
+    _alias(sw, "--arch", "archs")
     sw.add_argument("--filters", help="comma-separated Conv2D filter counts (default: as configured)")
     sw.add_argument("--threads", help="comma-separated thread counts for cpu-parallel (default: all cores)")
     sw.add_argument("--steps", type=_int_arg, default=10)
@@ -143,6 +153,8 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--archs", default="cpu-serial,cpu-parallel")
     ls.add_argument("--steps", type=_int_arg, default=20)
     ls.add_argument("--batch-size", type=_int_arg, default=64)
+    _alias(ls, "--batch", "batch_size", type=_int_arg)
+    _alias(ls, "--arch", "archs")
     ls.add_argument("--tol", type=_float_arg, default=1e-5)
     r = sub.add_parser("runs", help="past runs from the run store: list, show, compare, export, rm")
     r.add_argument("--store", metavar="PATH", help="the run store (default: runs.sqlite in LAYERLAB_HOME or the "

@@ -277,3 +277,31 @@ def test_checkpoint_flags_are_checked():
     proc = layerlab("train", "quadrant", "--checkpoint", "/nonexistent/dir/c.npz", "--checkpoint-every", "5")
     assert proc.returncode == 2
     one_line_error(proc, "--checkpoint /nonexistent/dir/c.npz: its directory does not exist")
+
+
+@pytest.mark.parametrize("command, canonical, other, value", [
+    (["train", "quadrant"], "--batch-size", "--batch", "48"),
+    (["lockstep", "quadrant"], "--batch-size", "--batch", "48"),
+    (["bench"], "--batch", "--batch-size", "16,48"),
+    (["sweep", "quadrant"], "--batch", "--batch-size", "16,48"),
+    (["sweep", "quadrant"], "--archs", "--arch", "cpu-serial"),
+    (["lockstep", "quadrant"], "--archs", "--arch", "cpu-serial,cpu-parallel"),
+])
+def test_either_spelling_of_an_option_is_taken_and_help_shows_one(command, canonical, other, value, capsys):
+    """--batch and --batch-size (and --arch, --archs where a list is taken) mean the same wherever either is an
+    option; --help names only the canonical one."""
+    from nncore import cli
+
+    assert vars(cli._parser().parse_args([*command, other, value])) == \
+        vars(cli._parser().parse_args([*command, canonical, value]))
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args([command[0], "--help"])
+    shown = capsys.readouterr().out
+    assert f"{canonical} " in shown and f"{other} " not in shown and f"{other}," not in shown
+
+
+def test_train_takes_batch_as_batch_size(tmp_path):
+    proc = layerlab("train", "quadrant", "--epochs", "1", "--batch", "40", "--no-store", "--jsonl", "-")
+    assert proc.returncode == 0, proc.stderr
+    started = json.loads(proc.stdout.splitlines()[0])
+    assert started["config"]["train"]["batch_size"] == 40 and started["steps_per_epoch"] == 40  # 1600 samples / 40
