@@ -141,10 +141,24 @@ def draw_accuracy(plt, runs: list[Curves], rows: int | None = None) -> dict:
     if series:
         lo = max(0.0, min(min(ys) for _, ys in series.values()) - 0.05)
         plt.ylim(lo, 1.0 if single else max(1.0, _headroom(lo, 1.0, len(series), rows)))
+        ticks = _accuracy_ticks(lo)  # none above 1: the band above it (overlays) holds the legend, not data
+        plt.yticks(ticks, [f"{t:.{_decimals(ticks)}f}" for t in ticks])
         _epoch_ticks(plt, series)
     plt.xlabel("epoch")
     plt.title("test accuracy")
     return series
+
+
+def _accuracy_ticks(lo: float) -> list[float]:
+    """Round ticks from 1 down to ``lo``, at most six: an accuracy axis is never labelled past 1 (100%)."""
+    span = max(1.0 - lo, 1e-6)
+    step = next(m * 10.0 ** e for e in range(-6, 1) for m in (1, 2, 5) if span / (m * 10.0 ** e) <= 5)
+    return [round(1.0 - k * step, 10) for k in range(int(span / step + 1e-9) + 1)][::-1]
+
+
+def _decimals(ticks: list[float]) -> int:
+    """Decimals enough to tell the ticks apart (at least one)."""
+    return next((d for d in range(1, 7) if len({f"{t:.{d}f}" for t in ticks}) == len(ticks)), 6)
 
 
 def si(value: float) -> str:

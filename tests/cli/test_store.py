@@ -271,3 +271,20 @@ def test_a_store_path_in_a_missing_directory_is_refused_and_a_new_store_is_annou
     said = [layerlab("train", "quadrant", "--epochs", "1", "--store", path).stderr for _ in range(2)]
     assert said[0].count(f"new run store created: {path}") == 1 and "new run store" not in said[1]
     assert len(Store(path).runs()) == 2
+
+
+def test_overlaid_accuracy_is_never_labelled_past_1(tmp_path):
+    """`runs compare` overlays the runs' test accuracy with a legend above the curves; its y axis is labelled up
+    to 1 (100%) and no further, and every stored accuracy lies within the labelled range."""
+    import re
+
+    path = tmp_path / "runs.sqlite"
+    for lr in ("0.1", "0.05"):
+        assert layerlab("train", "quadrant", "--epochs", "3", "--lr", lr, "--quiet", "--store", path).returncode == 0
+    ids = [str(r["id"]) for r in Store(path).runs()]
+    text = layerlab("runs", "--store", path, "compare", *ids).stdout
+    chart = text[text.index("test accuracy"):]
+    labels = [float(v) for v in re.findall(r"^\s*([0-9.]+)┤", chart, re.M)]
+    accs = [e["test_acc"] for i in ids for e in Store(path).run(int(i))["epochs"]]
+    assert labels and max(labels) == 1.0, chart
+    assert min(labels) - 0.1 <= min(accs), chart
