@@ -132,7 +132,8 @@ class ConvReluPool:
         if "xp" in scratch:
             K_cpu.pad_input(scratch["xp"], inp, conv.c, conv.h, conv.w, *conv.padding)
         K_cpu.conv_relu_pool_forward_cl(out, scratch["argmax"], scratch.get("xp", inp), scratch["wv"],
-                                        *self._geometry(), self.channels_last)
+                                        *self._geometry(), self.channels_last,
+                                        K_cpu.blocks_together(self.blocks, 4))
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
         conv = self.conv
@@ -140,7 +141,7 @@ class ConvReluPool:
             K_cpu.pack_linear_weights(scratch["wc"], params, self.linear.offsets["weight"], conv.out_channels)
         K_cpu.conv_relu_pool_dweight_cl(scratch["part"], dout, scratch["wc"], scratch["argmax"],
                                         scratch.get("xp", inp), *self._geometry(), self.channels_last,
-                                        self.linear is not None)
+                                        self.linear is not None, K_cpu.blocks_together(self.blocks, 2))
         K_cpu.dweight_reduce(dparams, scratch["part"], conv.offsets["weight"], conv.offsets["bias"],
                              conv.out_channels)
 

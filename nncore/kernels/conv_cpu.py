@@ -14,6 +14,7 @@ import taichi as ti
 
 from .. import runtime
 from . import F1, F2, kernel, n_elems, sized
+from .fma import madd
 
 L = 16
 V = ti.types.vector(L, ti.f32)
@@ -67,49 +68,65 @@ def _pooled(oc, pos, n_oc, n_pos, cl_out: ti.template()):
     return i
 
 
+def blocks_together(n_ob: int, most: int) -> int:
+    """How many 16-channel blocks of output channels one iteration of the fused conv kernels computes: the
+    largest of ``most``, 2, 1 that divides ``n_ob``. Each input pixel they load then feeds that many FMAs."""
+    for n in (most, 4, 2):
+        if n <= most and n_ob % n == 0:
+            return n
+    return 1
+
+
 @kernel
 def conv_relu_pool_forward_cl(out: F2, argmax: VIA3, xp: F2, wv: VA2, n_oc: ti.i32, n_c: ti.i32, hp: ti.i32,
                               wp: ti.i32, kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32,
                               oh_n: ti.i32, ow_n: ti.i32, qh: ti.template(), qw: ti.template(), qsh: ti.i32,
-                              qsw: ti.i32, cl_out: ti.template()):
+                              qsw: ti.i32, cl_out: ti.template(), nob: ti.template()):
     # out: (B, OC*PH*PW) channel-major, or channels-last (B, PH*PW*OC) if cl_out (see _pooled)
     # argmax: (B, PH*PW, OCB) winners (see the module's docstring)
     # xp: (B, C*HP*WP) the padded input (pad_input)   wv: (TAPS + 1, OCB) packed weights and bias
+    # nob: channel blocks per iteration (``blocks_together``), a divisor of OCB
     # The kernel and window sizes are compile-time constants: a channel's taps and the window's positions
     # unroll into independent chains of FMAs, and the window's conv values never leave registers. (Unrolling
     # the channels too made compile times grow to minutes for 3 channels.)
     taps = wv.shape[0] - 1
     py_n = (oh_n - qh) // qsh + 1
     px_n = (ow_n - qw) // qsw + 1
+    nw = ti.static(qh * qw)
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     # One task per sample: neighbouring pooled rows of a channel share cache lines, so tasks of single rows
     # would have threads writing the same lines.
     for b in range(out.shape[0]):
         lanes = VI([l for l in ti.static(range(L))])
         for py, px in ti.ndrange(py_n, px_n):
-            for ob in range(argmax.shape[2]):
-                acc = [wv[taps, ob] for _ in ti.static(range(qh * qw))]
+            for og in range(argmax.shape[2] // nob):
+                ob0 = og * nob
+                acc = [wv[taps, ob0 + j] for j in ti.static(range(nob)) for _ in ti.static(range(nw))]
                 for c in range(n_c):
                     for dy, dx in ti.static(ti.ndrange(qh, qw)):  # (nested: Taichi warns past 32 iterations)
                         for ky, kx in ti.static(ti.ndrange(kh, kw)):
                             iy, ix = (py * qsh + dy) * sh + ky, (px * qsw + dx) * sw + kx
-                            acc[dy * qw + dx] += xp[b, (c * hp + iy) * wp + ix] * wv[(c * kh + ky) * kw + kx, ob]
-                # ReLU, then the first strictly larger value wins, as in maxpool2d_forward; a window whose best
-                # is 0 keeps -1. A NaN wins too (the last one, as maxpool2d_forward), so NaN propagates.
-                best, win = V(0.0), VI(-1)
-                first = (ob * L + lanes) * (oh_n * ow_n)  # each lane's channel's first conv position
-                for dy, dx in ti.static(ti.ndrange(qh, qw)):
-                    v = acc[dy * qw + dx]
-                    # NaN test on the bits: Taichi folds v != v to false.
-                    bits = VI([ti.bit_cast(v[l], ti.i32) & 0x7FFFFFFF for l in ti.static(range(L))])
-                    take = (v > best) | (bits > 0x7F800000)
-                    win = ti.select(take, first + (py * qsh + dy) * ow_n + px * qsw + dx, win)
-                    best = ti.select(take, v, best)
-                argmax[b, py * px_n + px, ob] = win
-                for l in ti.static(range(L)):
-                    oc = ob * L + l
-                    if oc < n_oc:
-                        out[b, _pooled(oc, py * px_n + px, n_oc, py_n * px_n, cl_out)] = best[l]
+                            v = xp[b, (c * hp + iy) * wp + ix]
+                            for j in ti.static(range(nob)):
+                                madd(acc[j * nw + dy * qw + dx], v, wv[(c * kh + ky) * kw + kx, ob0 + j])
+                for j in ti.static(range(nob)):
+                    ob = ob0 + j
+                    # ReLU, then the first strictly larger value wins, as in maxpool2d_forward; a window whose
+                    # best is 0 keeps -1. A NaN wins too (the last one, as maxpool2d_forward), so NaN propagates.
+                    best, win = V(0.0), VI(-1)
+                    first = (ob * L + lanes) * (oh_n * ow_n)  # each lane's channel's first conv position
+                    for dy, dx in ti.static(ti.ndrange(qh, qw)):
+                        v = acc[j * nw + dy * qw + dx]
+                        # NaN test on the bits: Taichi folds v != v to false.
+                        bits = VI([ti.bit_cast(v[l], ti.i32) & 0x7FFFFFFF for l in ti.static(range(L))])
+                        take = (v > best) | (bits > 0x7F800000)
+                        win = ti.select(take, first + (py * qsh + dy) * ow_n + px * qsw + dx, win)
+                        best = ti.select(take, v, best)
+                    argmax[b, py * px_n + px, ob] = win
+                    for l in ti.static(range(L)):
+                        oc = ob * L + l
+                        if oc < n_oc:
+                            out[b, _pooled(oc, py * px_n + px, n_oc, py_n * px_n, cl_out)] = best[l]
 
 
 @sized(lambda wc, *_: 16 * wc.shape[0] * wc.shape[1] * wc.shape[2])
@@ -133,7 +150,7 @@ def pack_linear_weights(wc: VA3, params: F1, w_off: ti.i32, n_oc: ti.i32):
 def conv_relu_pool_dweight_cl(part: VA3, dout: F2, wc: VA3, argmax: VIA3, xp: F2, n_oc: ti.i32, n_c: ti.i32,
                               hp: ti.i32, wp: ti.i32, kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32,
                               oh_n: ti.i32, ow_n: ti.i32, qh: ti.template(), qw: ti.template(), qsh: ti.i32,
-                              qsw: ti.i32, cl_out: ti.template(), from_dz: ti.template()):
+                              qsw: ti.i32, cl_out: ti.template(), from_dz: ti.template(), nob: ti.template()):
     # part: (NBB, TAPS + 1, OCB) partial sums over blocks of samples: for every tap, the winners' gradients
     # times the tap's input, and (last row) the gradients themselves for the bias
     # dout: the pooled gradient, laid out as forward's out; or, if from_dz, the gradient (B, OUT) at the output
@@ -141,41 +158,53 @@ def conv_relu_pool_dweight_cl(part: VA3, dout: F2, wc: VA3, argmax: VIA3, xp: F2
     # pooled position's gradient for 16 channels is then OUT multiply-adds of 16-wide vectors, computed where it
     # is used instead of written out by the Linear as its input gradient and read back here
     # argmax: (B, PH*PW, OCB) winners   xp: (B, C*HP*WP) padded input
-    # A task sums one block of samples for one input channel's KH*KW taps and one block of 16 output channels,
-    # in registers. A window's gradient reaches its winner only (a select per window position, branch-free).
-    n_bb, n_ob = part.shape[0], argmax.shape[2]
+    # nob: channel blocks per task (``blocks_together``), a divisor of OCB
+    # A task sums one block of samples for one input channel's KH*KW taps and nob blocks of 16 output channels,
+    # in registers (each input pixel loaded once for them all). A window's gradient reaches its winner only (a
+    # select per window position, branch-free).
+    n_bb, n_og = part.shape[0], argmax.shape[2] // nob
     n_b = argmax.shape[0]
     py_n = (oh_n - qh) // qsh + 1
     px_n = (ow_n - qw) // qsw + 1
+    nt = ti.static(kh * kw + 1)  # accumulators per channel block: the taps, then the bias
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for t in range(n_bb * n_c * n_ob):
-        bb, c, ob = t // (n_c * n_ob), t // n_ob % n_c, t % n_ob
+    for t in range(n_bb * n_c * n_og):
+        bb, c, og = t // (n_c * n_og), t // n_og % n_c, t % n_og
+        ob0 = og * nob
         lanes = VI([l for l in ti.static(range(L))])
-        acc = [V(0.0) for _ in ti.static(range(kh * kw + 1))]
-        first = (ob * L + lanes) * (oh_n * ow_n)
+        acc = [V(0.0) for _ in ti.static(range(nob * nt))]
+        first = [((ob0 + j) * L + lanes) * (oh_n * ow_n) for j in ti.static(range(nob))]
         for b in range(bb * n_b // n_bb, (bb + 1) * n_b // n_bb):
             for py, px in ti.ndrange(py_n, px_n):
-                win = argmax[b, py * px_n + px, ob]
-                g = V(0.0)
+                pos = py * px_n + px
+                win = [argmax[b, pos, ob0 + j] for j in ti.static(range(nob))]
+                g = [V(0.0) for _ in ti.static(range(nob))]
                 if ti.static(from_dz):
                     for o in range(wc.shape[1]):
-                        g += dout[b, o] * wc[py * px_n + px, o, ob]
+                        s = dout[b, o]
+                        for j in ti.static(range(nob)):
+                            madd(g[j], s, wc[pos, o, ob0 + j])
                 else:
-                    for l in ti.static(range(L)):
-                        # past OC: a clamped load, zeroed below (those lanes never win: their weights are 0)
-                        oc = ti.min(ob * L + l, n_oc - 1)
-                        g[l] = dout[b, _pooled(oc, py * px_n + px, n_oc, py_n * px_n, cl_out)]
-                g = ti.select(win >= 0, g, 0.0)
-                acc[kh * kw] += g
+                    for j in ti.static(range(nob)):
+                        for l in ti.static(range(L)):
+                            # past OC: a clamped load, zeroed below (those lanes never win: their weights are 0)
+                            oc = ti.min((ob0 + j) * L + l, n_oc - 1)
+                            g[j][l] = dout[b, _pooled(oc, pos, n_oc, py_n * px_n, cl_out)]
+                for j in ti.static(range(nob)):
+                    g[j] = ti.select(win[j] >= 0, g[j], 0.0)
+                    acc[j * nt + nt - 1] += g[j]
                 for dy, dx in ti.static(ti.ndrange(qh, qw)):
                     oy, ox = py * qsh + dy, px * qsw + dx
-                    d = ti.select(win == first + oy * ow_n + ox, g, 0.0)
+                    d = [ti.select(win[j] == first[j] + oy * ow_n + ox, g[j], 0.0) for j in ti.static(range(nob))]
                     for ky, kx in ti.static(ti.ndrange(kh, kw)):
-                        acc[ky * kw + kx] += xp[b, (c * hp + oy * sh + ky) * wp + ox * sw + kx] * d
-        for q in ti.static(range(kh * kw)):
-            part[bb, c * kh * kw + q, ob] = acc[q]
-        if c == 0:
-            part[bb, part.shape[1] - 1, ob] = acc[kh * kw]
+                        v = xp[b, (c * hp + oy * sh + ky) * wp + ox * sw + kx]
+                        for j in ti.static(range(nob)):
+                            madd(acc[j * nt + ky * kw + kx], v, d[j])
+        for j in ti.static(range(nob)):
+            for q in ti.static(range(kh * kw)):
+                part[bb, c * kh * kw + q, ob0 + j] = acc[j * nt + q]
+            if c == 0:
+                part[bb, part.shape[1] - 1, ob0 + j] = acc[j * nt + nt - 1]
 
 
 @sized(lambda dparams, part, *_: 16 * part.shape[0] * part.shape[1] * part.shape[2])

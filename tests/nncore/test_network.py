@@ -314,6 +314,12 @@ def _winners(net, ws, fused: bool) -> np.ndarray:
       {"type": "MaxPool2D", "kernel_size": 2, "stride": 3}, {"type": "Flatten"},
       {"type": "Linear", "out_features": 3}],
      [3, 8, 7]),  # two blocks of 16 channels, the second partial; windows that skip conv positions
+    ([{"type": "Conv2D", "out_channels": 50, "kernel_size": 3}, {"type": "ReLU"},
+      {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 3}],
+     [2, 8, 9]),  # four blocks of 16 channels (the last partial), computed together; two input channels
+    ([{"type": "Conv2D", "out_channels": 40, "kernel_size": 2, "padding": 1}, {"type": "ReLU"},
+      {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 4}],
+     [1, 7, 6]),  # three blocks: one at a time
     ([{"type": "Conv2D", "out_channels": 7, "kernel_size": 3}, {"type": "ReLU"},
       {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 40},
       {"type": "ReLU"}, {"type": "Linear", "out_features": 3}],
