@@ -257,13 +257,20 @@ def draw_parts(plt, points: list[dict], rows: int | None = None) -> dict:
         for l in p["layers"]:
             ms[l["name"].replace("layer ", "")] += l["fwd_ms"] + l["bwd_ms"]
         series[label] = (names, list(ms.values()))
-    # One bar per part and series ("0 (Linear) cpu-serial"), each series zero on the others' bars so that its
-    # colour marks its own; plotext lists horizontal bars bottom-up, so both are reversed.
-    bars = [f"{n} {label}" if len(series) > 1 else n for n in names for label in series]
-    values = [[v if k == i else 0.0 for v in ys for k in range(len(series))]
-              for i, (_, ys) in enumerate(series.values())]
-    plt.multiple_bar(bars[::-1], [v[::-1] for v in values], orientation="h",
-                     color=[ARCH_COLORS.get(p["arch"], "white") for p in sel])
+    # One bar per part and series ("0 (Linear) cpu-serial"), a row each, the step's first part on top: each
+    # series drawn at its own rows in its colour, and the y range set so that a row of the plot is a bar and its
+    # label (plotext spreads bars over the rows it has: with more rows than bars, or grouped bars, labels and bars
+    # fell on different rows).
+    keys = list(series)
+    bars = [(n, k) for n in names for k in range(len(keys))]
+    top = len(bars)
+    for k, ((_, ys), p) in enumerate(zip(series.values(), sel)):
+        at = [(top - i, ys[names.index(n)]) for i, (n, kk) in enumerate(bars) if kk == k]
+        plt.bar([a for a, _ in at], [v for _, v in at], orientation="h", width=0.01,
+                color=ARCH_COLORS.get(p["arch"], "white"))
+    plt.yticks([top - i for i in range(top)], [f"{n} {keys[k]}" if len(keys) > 1 else n for n, k in bars])
+    plot_rows = max(top, (rows or top + 5) - 5)  # less the title, the frame, the ticks and the axis label
+    plt.ylim(top + 0.5 - plot_rows, top + 0.5)
     plt.xlabel("ms per step (synced)")
     plt.title(f"per-part time, batch {batch}")
     return series

@@ -530,3 +530,44 @@ async def test_a_finished_run_shows_its_last_step_though_the_last_step_events_we
         line = str(app.query_one("#progress-label", Static).render())
         assert "step 30/30" in line and "step 27/30" not in line, line
         assert app.query_one("#progress", ProgressBar).progress == 30
+
+
+@pytest.mark.parametrize("size", [(140, 45), (80, 24)])
+async def test_every_per_part_bar_of_a_sweep_has_its_label(fixed_env, size):
+    """The Analysis view's per-part chart: a quadrant sweep has 8 parts on 2 archs, 16 bars; each is on the row
+    of its label (plotext had spread them over the rows it had, leaving bars beside no label)."""
+    import re
+
+    from nncore import analysis
+    from tests.tui.conftest import screen_text
+
+    parts = [f"layer {i} ({t})" for i, t in enumerate(["Linear", "ReLU", "Linear", "Sigmoid", "Linear"])]
+    parts += ["data", "loss", "optimizer"]
+    ms = {"cpu-serial": [3.0 + i for i in range(8)], "cpu-parallel": [1.0 + i / 2 for i in range(8)]}
+    pts = analysis.derive([analysis.SweepPoint(a, t, 256, None, s, 1e3 * 256 / s, 1.0,
+                                               [{"name": n, "fwd_ms": v, "bwd_ms": 0.0, "share": 0.1, "gflops": 0.0}
+                                                for n, v in zip(parts, ms[a])], 9)
+                           for a, t, s in [("cpu-serial", 1, 1000.0), ("cpu-parallel", 2, 1700.0)]])
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("5")
+        pane = app.query_one("#analysis-pane")
+        pane.show([p.to_dict() for p in pts], None)
+        chart = app.query_one("#sweep-layers")
+        await pilot.pause()
+        chart.scroll_visible(animate=False)
+        rows = {}
+        for _ in range(len(parts) * 2 + 10):  # scrolled through, a few rows at a time at 80x24
+            await pilot.pause()
+            for line in screen_text(app).splitlines():
+                m = re.match(r"\s*(.*?) (cpu-serial|cpu-parallel)┤(█*)", line)
+                if m:
+                    rows[(m.group(1), m.group(2))] = len(m.group(3))
+            if len(rows) == 16:
+                break
+            app.query_one("#sweep-results").scroll_down(animate=False)
+        names = [n.replace("layer ", "") for n in parts]
+        assert set(rows) == {(n, a) for n in names for a in ms}, rows
+        assert all(rows[(n, a)] > 0 for n, a in rows), rows  # a bar on each labelled row
+        longest = max(rows, key=rows.get)
+        assert longest == ("optimizer", "cpu-serial")  # the longest bar is the largest time
