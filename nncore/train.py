@@ -272,9 +272,19 @@ class Trainer:
                 self.first_step_s = first_s = active()
             # (log_next is the app's single step; a distributed run has none: collectives follow from here)
             if self.step % self.log_every == 0 or (self.log_next and cl is None):
+                single = self.log_next and self.step % self.log_every != 0
                 self.log_next = False
-                self._check_diverged()
-                log()
+                if single:  # a step taken while paused: reading and sending its loss is not training time
+                    runtime.sync()
+                    t = time.perf_counter()
+                    self._check_diverged()
+                    self.paused_s += time.perf_counter() - t
+                    t = time.perf_counter()
+                    log()
+                    self.paused_s += time.perf_counter() - t
+                else:
+                    self._check_diverged()
+                    log()
             self.report_step = log if cl is None else None
             if self.every and self.every[1] == "steps" and self.step % self.every[0] == 0:
                 self._save_checkpoint(start + b, done, active())

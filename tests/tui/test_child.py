@@ -1,4 +1,6 @@
 """The training process's controller (tui.child._Controller): what the app sees when it pauses a run."""
+import time
+
 from nncore.config import load_config
 from nncore.events import Step
 from nncore.train import Trainer
@@ -41,3 +43,33 @@ def test_a_pause_between_logged_steps_reports_the_step_it_paused_after():
     steps = [e.step for e in events if isinstance(e, Step)]
     assert pipe.polls_paused == 1 and trainer.step == 7
     assert steps == [5, 7]  # 7 sent once, on pausing; nothing after the stop
+
+
+def test_single_steps_leave_their_loss_reading_out_of_the_rate(monkeypatch):
+    # A step taken while paused reads its loss and checks for divergence before the next pause: that is the
+    # app showing the step, not training, so samples/s must not fall with every single step. The check is
+    # slowed to 50 ms here: counted as training, each single step would add 50 ms to the epoch's time.
+    cfg = load_config("quadrant").override("train", arch="cpu-serial", epochs=1, log_every=1000) \
+        .override("data", samples=400)
+    pipe, events = _Pipe(), []
+    slow = Trainer._check_diverged
+
+    def check(self):
+        time.sleep(0.05)
+        slow(self)
+    monkeypatch.setattr(Trainer, "_check_diverged", check)
+
+    class Controller(_Controller):
+        def __call__(self):
+            if self.trainer.step == 2 and not self.paused and not self.steps:
+                pipe.queue.extend(["pause", "step", "step", "step", "step"])
+            return super().__call__()
+
+    ctl = Controller(pipe)
+    trainer = Trainer(cfg, events.append, should_stop=ctl)
+    ctl.trainer = trainer
+    trainer.run()
+    singles = [e for e in events if isinstance(e, Step) and e.step > 2]
+    assert [e.step for e in singles] == [3, 4, 5, 6]
+    busy = [e.step * trainer.batch / e.samples_per_s for e in singles]  # seconds counted as training so far
+    assert busy[-1] - busy[0] < 0.05, busy  # (3 more checks counted as training: 0.15 s more)
