@@ -164,8 +164,19 @@ class LayerlabApp(GuardedApp):
         self.query_one(ModelPane).load_draft(self.draft, self.draft.name if self.draft.name in preset_configs()
                                              else None)
         self.query_one(SettingsPane).load({**cfg.data, "dataset": cfg.dataset_name()}, cfg.train)
-        self.sub_title = self.draft.name
+        self._show_title()
         return True
+
+    def _show_title(self) -> None:
+        """The header names the network in the editor, or while a run lasts the network it trains: a rerun from
+        the Runs view may train another one, which is then named with the editor's beside it."""
+        run = self.current if self.handle is not None else None
+        if run is None:
+            self.sub_title = self.draft.name
+            return
+        doing = f"{'paused' if self.paused else 'training'} on {run.arch}"
+        editing = f" · editing {self.draft.name}" if run.network != self.draft.name else ""
+        self.sub_title = f"{run.network} ({doing}){editing}"
 
     def on_model_pane_preset_chosen(self, event: ModelPane.PresetChosen) -> None:
         self.open_config(event.name)
@@ -563,6 +574,7 @@ class LayerlabApp(GuardedApp):
             text += f" × {self.current.ranks} ranks"
         self.query_one(TrainPane).set_state(text, running, self.paused, not running and why is None,
                                             pausable=not distributed)
+        self._show_title()
         self.refresh_bindings()
         self.call_after_refresh(self._keep_focus)
 

@@ -348,6 +348,36 @@ async def test_a_run_stopped_before_its_first_evaluation_shows_no_accuracy(fixed
         assert row["test_acc"] == "—" and row["samples_per_s"] == "4,800"  # the trainer's rate: no epoch to time
 
 
+# -- the title and the footer say what is there ------------------------------------------------------------------
+def title(app) -> str:
+    """The header's line as the terminal shows it."""
+    return screen_text(app).splitlines()[0]
+
+
+async def test_the_title_names_the_network_a_rerun_trains(fixed_env, fake_runs, monkeypatch):
+    """A rerun from the Runs view trains the run's network, not the editor's: the header says so while the run
+    lasts, and names the editor's network again when it ends."""
+    from tests.tui.conftest import FakeHandle
+
+    monkeypatch.setattr(FakeHandle, "per_poll", 1)  # a run of a second or two: time to read the header
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        cfg = load_config("cnn").to_dict()
+        record(app.store, scripted_run(), {**cfg, "source": "cnn", "train": {**cfg["train"], "arch": "cpu-serial"}})
+        app._show_runs()
+        await pilot.press("4", "r")
+        await wait_for(pilot, lambda: app.handle is not None)
+        await pilot.pause()
+        assert "layerlab — cnn (training on cpu-parallel) · editing quadrant" in title(app)
+        await wait_for(pilot, lambda: app.handle is None)
+        await pilot.pause()
+        assert "layerlab — quadrant" in title(app) and "cnn" not in title(app)
+        await pilot.press("s")  # the editor's own network: named once
+        await wait_for(pilot, lambda: app.handle is not None)
+        await pilot.pause()
+        assert "layerlab — quadrant (training on cpu-parallel)" in title(app) and "editing" not in title(app)
+
+
 # -- layout -----------------------------------------------------------------------------------------------------
 async def test_what_matters_is_on_screen_at_80x24(fixed_env):
     app = LayerlabApp("quadrant")
