@@ -141,9 +141,10 @@ class LayerlabApp(GuardedApp):
     def open_config(self, name: str) -> bool:
         """Open a config file (or preset) as the headless CLI would; one it refuses is refused here with the same
         message, and what is open stays."""
-        if name == EMPTY:
-            self.draft = Draft([], [2], "bce", EMPTY)
+        if name == EMPTY:  # named as a new document is: the title and a save's file name are "untitled"
+            self.draft = Draft([], [2], "bce")
             self.query_one(ModelPane).load_draft(self.draft, EMPTY)
+            self._show_title()
             return True
         try:
             cfg = load_config(name)

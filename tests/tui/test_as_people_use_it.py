@@ -378,6 +378,23 @@ async def test_the_title_names_the_network_a_rerun_trains(fixed_env, fake_runs, 
         assert "layerlab — quadrant (training on cpu-parallel)" in title(app) and "editing" not in title(app)
 
 
+async def test_the_empty_network_is_untitled(fixed_env):
+    """Chosen from the preset list, the empty network is titled "untitled", saved as untitled.toml by default,
+    and its editor says how to add a layer (not the fields of the network shown before)."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.query_one("#preset", Select).focus()
+        await type_keys(pilot, ["enter", "end", "enter"])  # the last entry of the list: (empty network)
+        await wait_for(pilot, lambda: not app.draft.layers)
+        await pilot.pause()
+        text = screen_text(app)
+        assert "layerlab — untitled" in title(app)
+        assert "no layers: press a to add one" in text and "layer 0" not in text and "out_features" not in text
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, PathScreen))
+        assert app.screen.query_one(Input).value == str(app.save_dir / "untitled.toml")
+
+
 # -- layout -----------------------------------------------------------------------------------------------------
 async def test_what_matters_is_on_screen_at_80x24(fixed_env):
     app = LayerlabApp("quadrant")

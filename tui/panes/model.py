@@ -23,6 +23,8 @@ from tui.state import LAYER_KINDS, Draft, Param, format_params, format_value, la
     parse_shape, plural
 
 EMPTY = "(empty network)"
+STALE: dict = {}  # what the editor's fields belong to after another draft is loaded: no layer, not None either,
+# so the fields are rebuilt even for a draft without layers (whose editor shows a hint)
 
 
 def fmt_flops(n: int) -> str:
@@ -98,7 +100,7 @@ class ModelPane(Guarded, Vertical):
         self.data_error: str | None = None  # why the dataset cannot be described, if it cannot
         self.error: ConfigError | None = None  # the draft's first error
         self.pending: dict[tuple[int, str], tuple[str, str]] = {}  # (id(layer) or 0, field) -> (text, why)
-        self.editing: dict | None = None  # the layer the editor's fields belong to
+        self.editing: dict | None = STALE  # the layer the editor's fields belong to (None: the no-layers hint)
         self.fields: list = []  # the editor's type select and parameter fields
 
     def compose(self) -> ComposeResult:
@@ -123,7 +125,7 @@ class ModelPane(Guarded, Vertical):
     # -- showing the draft --------------------------------------------------------------------------------
     def load_draft(self, draft: Draft, preset: str | None = None) -> None:
         """Show ``draft``; ``preset``: the preset it came from (None: blank the preset)."""
-        self.draft, self.pending, self.editing = draft, {}, None
+        self.draft, self.pending, self.editing = draft, {}, STALE
         self.query_one("#preset", Select).value = preset if preset is not None else Select.NULL
         shape = self.query_one("#input-shape", Input)
         shape.value = ",".join(map(str, draft.input)) if draft.input is not None else ""
