@@ -395,6 +395,23 @@ async def test_the_empty_network_is_untitled(fixed_env):
         assert app.screen.query_one(Input).value == str(app.save_dir / "untitled.toml")
 
 
+async def test_the_footer_offers_no_layer_keys_without_layers(fixed_env):
+    """With no layer to act on, the footer leaves out Remove; it comes back with the first layer added."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        footer = lambda: screen_text(app).splitlines()[-1]  # noqa: E731
+        assert "d Remove" in footer()
+        await type_keys(pilot, ["d"] * 5)
+        await wait_for(pilot, lambda: not app.draft.layers)
+        await pilot.pause()
+        assert "d Remove" not in footer() and "a Add" in footer()
+        await type_keys(pilot, ["a", "enter"])
+        await wait_for(pilot, lambda: len(app.draft.layers) == 1)
+        app.query_one("#layers").focus()
+        await pilot.pause()
+        assert "d Remove" in footer()
+
+
 # -- layout -----------------------------------------------------------------------------------------------------
 async def test_what_matters_is_on_screen_at_80x24(fixed_env):
     app = LayerlabApp("quadrant")

@@ -39,6 +39,12 @@ class LayerTable(DataTable):
 
     BINDINGS = bindings(MODEL_KEYS)
 
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """Remove, move and edit act on a layer: with none they are left out of the footer (and do nothing)."""
+        if action in ("remove_layer", "move_layer", "edit_layer"):
+            return bool(self.parent.draft.layers)
+        return True
+
     def action_add_layer(self) -> None:
         self.parent.ask_layer_type()
 
@@ -102,6 +108,7 @@ class ModelPane(Guarded, Vertical):
         self.pending: dict[tuple[int, str], tuple[str, str]] = {}  # (id(layer) or 0, field) -> (text, why)
         self.editing: dict | None = STALE  # the layer the editor's fields belong to (None: the no-layers hint)
         self.fields: list = []  # the editor's type select and parameter fields
+        self.had_layers: bool | None = None  # whether the footer was last drawn with layers to act on
 
     def compose(self) -> ComposeResult:
         presets = [(name, name) for name in preset_configs()] + [(EMPTY, EMPTY)]
@@ -169,6 +176,9 @@ class ModelPane(Guarded, Vertical):
             table.move_cursor(row=max(0, min(row, len(self.draft.layers) - 1)), animate=False)
         self._sync_editor()
         self._show_status(rows)
+        if bool(self.draft.layers) != self.had_layers:  # the layer keys come or go
+            self.had_layers = bool(self.draft.layers)
+            self.app.refresh_bindings()
 
     def problem(self) -> str | None:
         """The first thing that keeps the network from training, or None."""
