@@ -232,7 +232,7 @@ HEADERS = {"samples_per_s": "samples/s", "test_acc": "test acc", "s_per_epoch": 
 MEANING = {
     "samples_per_s": "training samples per second once under way: over the epochs after the first, which "
                      "compiles the kernels (within the first, after step 1); paused time excluded",
-    "speedup": "samples/s over the latest cpu-serial run of the same network and batch size",
+    "speedup": "samples/s over the latest cpu-serial run of the same network and batch size (that run: base)",
     "test_acc": "accuracy on the test set after the last completed epoch (— before the first)",
     "s_per_epoch": "mean training time of the completed epochs, measured as samples/s is",
     "epochs": "epochs completed", "threads": "CPU threads (cpu-parallel) of each rank", "ranks": "MPI ranks",
@@ -246,7 +246,8 @@ HEADERS.update({"mark": "✓", "id": "#", "started": "started"})
 
 def store_rows(runs: list[dict], marked: list[int] = ()) -> list[dict]:
     """The run store's rows (``Store.runs``, newest first) as the Runs view shows them, with each run's speedup
-    over the latest cpu-serial training run of the same network and batch size."""
+    over the latest cpu-serial training run of the same network and batch size: "base" for that run itself, None
+    for older cpu-serial runs."""
     import time
 
     out = []
@@ -259,10 +260,14 @@ def store_rows(runs: list[dict], marked: list[int] = ()) -> list[dict]:
                     "threads": r["threads"], "ranks": r["ranks"], "s_per_epoch": r.get("s_per_epoch"),
                     "started": time.strftime("%m-%d %H:%M", time.localtime(r["started"])), "kind": r["kind"],
                     "config": cfg, "spec_key": spec_key(cfg["model"]) if isinstance(cfg.get("model"), dict) else ""})
+    serial = lambda b: b["arch"] == "cpu-serial" and b["ranks"] == 1 and b["kind"] == "train"  # noqa: E731
     for row in out:
-        base = next((b for b in out if b["arch"] == "cpu-serial" and b["ranks"] == 1 and b["kind"] == "train"
-                     and b["spec_key"] == row["spec_key"] and b["batch"] == row["batch"] and b["samples_per_s"]),
-                    None)
-        if row["kind"] == "train" and base is not None and row["samples_per_s"]:
+        base = next((b for b in out if serial(b) and b["spec_key"] == row["spec_key"] and b["batch"] == row["batch"]
+                     and b["samples_per_s"]), None)
+        # A cpu-serial run against another is run-to-run drift, not a backend's speedup: the base says "base",
+        # the older ones nothing.
+        if row is base:
+            row["speedup"] = "base"
+        elif row["kind"] == "train" and not serial(row) and base is not None and row["samples_per_s"]:
             row["speedup"] = row["samples_per_s"] / base["samples_per_s"]
     return out

@@ -48,7 +48,7 @@ async def test_runs_written_by_train_are_listed_and_plotted(fixed_env, tmp_path)
         rows = _rows(app)
         assert [r["arch"] for r in rows] == ["cpu-parallel", "cpu-serial"]  # newest first
         assert all(r["network"] == "quadrant" and r["status"] == "finished" and r["epochs"] == "2" for r in rows)
-        assert rows[1]["speedup"] == "1.00x" and rows[0]["speedup"].endswith("x")
+        assert rows[1]["speedup"] == "base" and rows[0]["speedup"].endswith("x")
         # The selected (newest) run's curves hold its events' values.
         loss, acc = app.query_one("#runs-loss", Chart), app.query_one("#runs-acc", Chart)
         spe = second[0]["steps_per_epoch"]
@@ -136,6 +136,22 @@ async def test_a_new_run_shows_at_the_top_at_80x24(fixed_env):
         await pilot.pause()
         assert pane.selected_id() == chosen and [int(r["id"]) for r in _rows(app)][0] == ids[-1]
 
+
+async def test_speedup_is_a_backends_over_cpu_serial_not_one_serial_run_over_another(fixed_env):
+    """The newest cpu-serial run of a network and batch size is the base; an older one gets no speedup (its ratio
+    to the base, 0.80x here, would read as a slower backend); runs on other backends get theirs over the base."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        cfg = app._run_config()
+        for arch, rate in [("cpu-serial", 8000.0), ("cpu-parallel", 12000.0), ("cpu-serial", 10000.0)]:
+            record(app.store, scripted_run(rate=rate), {**cfg, "train": {**cfg["train"], "arch": arch}})
+        app._show_runs()
+        await pilot.press("4")
+        await pilot.pause()
+        rows = [line.split("quadrant", 1)[1].split() for line in screen_text(app).splitlines()
+                if "quadrant" in line and "finished" in line]  # arch, samples/s, speedup, ...
+        assert [(cells[0], cells[2]) for cells in rows] == [
+            ("cpu-serial", "base"), ("cpu-parallel", "1.20x"), ("cpu-serial", "—")]
 
 async def test_a_running_run_is_not_deleted_and_a_sweep_has_no_curves(fixed_env):
     app = LayerlabApp("quadrant")

@@ -31,7 +31,7 @@ def _cell(key: str, value) -> str:
     if key == "samples_per_s":
         return f"{value:,.0f}"
     if key == "speedup":
-        return f"{value:.2f}x"
+        return f"{value:.2f}x" if isinstance(value, float) else str(value)  # (the base run: "base")
     return str(value)
 
 
