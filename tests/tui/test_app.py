@@ -571,3 +571,25 @@ async def test_every_per_part_bar_of_a_sweep_has_its_label(fixed_env, size):
         assert all(rows[(n, a)] > 0 for n, a in rows), rows  # a bar on each labelled row
         longest = max(rows, key=rows.get)
         assert longest == ("optimizer", "cpu-serial")  # the longest bar is the largest time
+
+
+async def test_a_sweeps_table_fits_80_columns(fixed_env):
+    """At 80x24 a sweep of an MLP shows every column of its table whole, headers and figures (the table went past
+    the right edge, cut at "ef"): the filters column is left out where the sweep set none."""
+    from tests.tui.conftest import screen_text
+    from tests.tui.test_snapshots import _sweep
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("5")
+        assert "GFLOP/s" not in screen_text(app)  # no table before a sweep, not even its header
+        _sweep(app)
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        header = next(line for line in lines if "GFLOP/s" in line)
+        assert header.split() == ["arch", "thr", "batch", "samples/s", "ms/step", "GFLOP/s", "speedup", "eff.",
+                                  "K-F", "e"]
+        points = app.query_one("#analysis-pane").points
+        for p in points:
+            row = next(line for line in lines if f" {p['samples_per_s']:,.0f} " in line).split()
+            assert row[0] == p["arch"] and row[-1] == ("—" if p["karp_flatt"] is None else f"{p['karp_flatt']:.3f}")

@@ -95,9 +95,8 @@ class AnalysisPane(Guarded, Vertical):
         status.update("enter in a field or w runs the sweep")
 
     def on_mount(self) -> None:
-        self.query_one("#sweep-charts").display = False  # until a sweep has points
-        self.query_one("#sweep-table", DataTable).add_columns(
-            "arch", "thr", "batch", "filters", "samples/s", "ms/step", "GFLOP/s", "speedup", "effic.", "K-F e")
+        for which in ("#sweep-charts", "#sweep-table"):  # until a sweep has points
+            self.query_one(which).display = False
 
     def job(self) -> dict:
         """The sweep asked for; raises ConfigError naming the field."""
@@ -128,13 +127,17 @@ class AnalysisPane(Guarded, Vertical):
         for field in self.query(Input):
             field.remove_class("error")
         table = self.query_one("#sweep-table", DataTable)
-        table.clear()
+        table.clear(columns=True)
+        # A filters column only where the sweep set filter counts: without it the table fits 80 columns.
+        filters = any(p["filters"] is not None for p in points)
+        table.add_columns("arch", "thr", "batch", *(["filters"] if filters else []), "samples/s", "ms/step",
+                          "GFLOP/s", "speedup", "eff.", "K-F e")
         fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
         for p in points:
-            table.add_row(p["arch"], str(p["threads"]), str(p["batch"]), fmt(p["filters"], ""),
+            table.add_row(p["arch"], str(p["threads"]), str(p["batch"]), *([fmt(p["filters"], "")] if filters else []),
                           f"{p['samples_per_s']:,.0f}", f"{p['ms_per_step']:.2f}", f"{p['gflops']:.1f}",
                           fmt(p["speedup"], ".2f"), fmt(p["efficiency"], ".2f"), fmt(p["karp_flatt"], ".3f"))
-        self.query_one("#sweep-charts").display = bool(points)
+        table.display = self.query_one("#sweep-charts").display = bool(points)
         self.query_one("#sweep-throughput", Chart).show(points, now=True)
         self.query_one("#sweep-speedup", Chart).show(amdahl, now=True)
         layers = self.query_one("#sweep-layers", Chart)
