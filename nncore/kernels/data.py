@@ -12,10 +12,13 @@ def gather_rows(out: F2, labels_out: I1, src: F2, labels: I1, order: I1, start: 
     if ti.static(not on_cpu()):  # CUDA: a thread per element, neighbours on neighbours
         # (ranges over the shapes rather than struct-fors: in a static fused step, nncore.graph, the shapes are
         # constants and these loops need no serial task to compute their bounds)
+        # One loop for rows and labels: each loop is a launch of its own, and the step is launch-bound at small
+        # batches (a row's first thread also copies its label).
         for b, f in ti.ndrange(out.shape[0], out.shape[1]):
-            out[b, f] = src[order[start + b], f]
-        for b in range(labels_out.shape[0]):
-            labels_out[b] = labels[order[start + b]]
+            r = order[start + b]
+            out[b, f] = src[r, f]
+            if f == 0:
+                labels_out[b] = labels[r]
     else:
         # CPU: a task copies a row, 16 floats per move (per-element loops are several times slower: Taichi reloads
         # an ndarray's address after every store into another one, so each store waits on a trip through memory).
