@@ -20,6 +20,12 @@ view reads; --store PATH uses another, --no-store none (the session's runs are k
 """
 
 
+def _has_terminal() -> bool:
+    """Whether the app can draw and read keys here: both stdin and stdout a terminal (with either piped,
+    Textual would wait for keys that never come)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("--version", "-V"):
@@ -53,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         except cli.ConfigError as exc:
             print(f"layerlab: error: {exc}", file=sys.stderr)
             return exc.exit_code
+    if not _has_terminal():
+        print("layerlab: error: the app needs a terminal (stdin and stdout); for runs without one use "
+              "`layerlab train CONFIG` (layerlab --help)", file=sys.stderr)
+        return cli.EXIT_CONFIG
     from tui.app import run_app
 
     return run_app(rest[0] if rest else None, store)

@@ -183,6 +183,7 @@ def test_no_arguments_opens_the_app_on_the_default(monkeypatch):
 
     opened = []
     monkeypatch.setattr(tui.app, "run_app", lambda config=None, store=None: opened.append((config, store)) or 0)
+    monkeypatch.setattr(launch, "_has_terminal", lambda: True)
     assert launch.main([]) == 0 and launch.main(["tui", "cnn"]) == 0
     assert launch.main(["tui", "--no-store"]) == 0 and launch.main(["tui", "cnn", "--store", "x.sqlite"]) == 0
     assert launch.main(["tui", "--store=y.sqlite"]) == 0
@@ -190,6 +191,14 @@ def test_no_arguments_opens_the_app_on_the_default(monkeypatch):
     assert opened == [(None, None), ("cnn", None), (None, False), ("cnn", "x.sqlite"), (None, "y.sqlite")]
     assert launch.main(["tui", "--store"]) == 2  # a path is needed
     assert launch.main(["archs"]) == 0  # anything else goes to the headless CLI
+
+
+def test_the_app_without_a_terminal_says_so_and_exits_2():
+    # `echo | layerlab` waited forever for keys from a pipe.
+    proc = subprocess.run([sys.executable, "-m", "tui.launch"], input="", capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "needs a terminal" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_tui_usage_errors_exit_2_and_help_exits_0():
