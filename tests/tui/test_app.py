@@ -593,3 +593,22 @@ async def test_a_sweeps_table_fits_80_columns(fixed_env):
         for p in points:
             row = next(line for line in lines if f" {p['samples_per_s']:,.0f} " in line).split()
             assert row[0] == p["arch"] and row[-1] == ("—" if p["karp_flatt"] is None else f"{p['karp_flatt']:.3f}")
+
+
+async def test_every_bad_setting_is_marked_at_once(fixed_env):
+    """Two bad fields are both marked as typed (the batch size stayed unmarked until the epochs were fixed)."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        app.query_one("#batch_size", Input).value = "-3"
+        app.query_one("#epochs", Input).value = "xy"
+        await wait_for(pilot, lambda: app.query_one("#settings-pane").error is not None)
+        await pilot.pause()
+        assert app.query_one("#batch_size", Input).has_class("error")
+        assert app.query_one("#epochs", Input).has_class("error")
+        assert not app.query_one("#lr", Input).has_class("error")
+        assert "1 more marked" in str(app.query_one("#settings-status").render())
+        app.query_one("#epochs", Input).value = "2"
+        await pilot.pause()
+        assert app.query_one("#batch_size", Input).has_class("error")
+        assert not app.query_one("#epochs", Input).has_class("error")

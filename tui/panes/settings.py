@@ -122,13 +122,14 @@ class SettingsPane(Guarded, VerticalScroll):
             chosen = pressed.name if pressed is not None else "cpu-parallel"
         return chosen
 
-    def values(self) -> tuple[dict, dict]:
-        """The [data] and [train] tables; raises ConfigError naming the first bad field (``.field``)."""
+    def values(self, skip: frozenset = frozenset()) -> tuple[dict, dict]:
+        """The [data] and [train] tables; raises ConfigError naming the first bad field (``.field``). The number
+        fields in ``skip`` are taken as empty (their defaults), so that the fields after a bad one can be checked."""
         data, train = {}, {"arch": self.arch(), "optimizer": str(self.query_one("#optimizer", Select).value)}
         dataset = str(self.query_one("#dataset", Select).value)
         for fid, (section, key, kind) in NUMERIC.items():
             text = self.query_one(f"#{fid}", Input).value.strip()
-            if fid == "momentum" and train["optimizer"] != "sgd":  # adam has no momentum setting
+            if fid in skip or fid == "momentum" and train["optimizer"] != "sgd":  # adam has no momentum setting
                 continue
             if fid == "test_ratio" and dataset not in SYNTHETIC and dataset != IDX_DIR:
                 continue  # (a named image set comes split; a CSV file is split by it)
@@ -197,6 +198,21 @@ class SettingsPane(Guarded, VerticalScroll):
         self._reading = False
         self.validate()
 
+    def _bad_fields(self, first: str) -> set[str]:
+        """Every field that is bad on its own, ``first`` (the one values() named) included: the form is checked
+        again with the bad number fields left at their defaults until it passes or names no new one."""
+        bad = {first}
+        while first in NUMERIC:
+            try:
+                self.values(skip=frozenset(bad))
+                break
+            except ConfigError as err:
+                first = (getattr(err, "field", None) or "").split(".")[-1]
+                if not first.isidentifier() or first in bad:
+                    break
+                bad.add(first)
+        return bad
+
     def validate(self) -> bool:
         dataset = str(self.query_one("#dataset", Select).value)
         self.query_one("#path", Input).disabled = self.query_one("#label", Input).disabled = dataset != IDX_DIR
@@ -225,9 +241,12 @@ class SettingsPane(Guarded, VerticalScroll):
         except LayerlabError as err:
             self.error = str(err).removeprefix("settings: ")
             field = (getattr(err, "field", None) or "").split(".")[-1]
-            for widget in self.query(f"#{field}") if field.isidentifier() else []:
-                widget.add_class("error")
-            status.update(f"✗ {self.error}")
+            bad = self._bad_fields(field) if field.isidentifier() else set()
+            for name in bad:  # every bad field, not only the first
+                for widget in self.query(f"#{name}"):
+                    widget.add_class("error")
+            more = f" ({len(bad) - 1} more marked)" if len(bad) > 1 else ""
+            status.update(f"✗ {self.error}{more}")
             status.add_class("error")
             self.post_message(self.Changed(False, None, data_error))
             return False
