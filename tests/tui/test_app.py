@@ -612,3 +612,27 @@ async def test_every_bad_setting_is_marked_at_once(fixed_env):
         await pilot.pause()
         assert app.query_one("#batch_size", Input).has_class("error")
         assert not app.query_one("#epochs", Input).has_class("error")
+
+
+async def test_sweep_fields_are_marked_as_typed(fixed_env):
+    """Bad sweep fields are marked as they are typed, every one of them, not only after enter or w."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("5")
+        app.query_one("#sweep-archs", Input).value = "-1"
+        app.query_one("#sweep-batch", Input).value = "-1,abc"
+        await pilot.pause()
+        assert app.query_one("#sweep-archs", Input).has_class("error")
+        assert app.query_one("#sweep-batch", Input).has_class("error")
+        assert not app.query_one("#sweep-steps", Input).has_class("error")
+        assert "'-1' is not one of" in str(app.query_one("#sweep-status").render())
+        app.query_one("#sweep-archs", Input).value = "cuda"  # unavailable in the fixed environment
+        await pilot.pause()
+        assert app.query_one("#sweep-archs", Input).has_class("error")
+        assert "cuda is unavailable" in str(app.query_one("#sweep-status").render())
+        app.query_one("#sweep-archs", Input).value = "cpu-serial"
+        app.query_one("#sweep-batch", Input).value = "64"
+        await pilot.pause()
+        assert not any(f.has_class("error") for f in app.query("#sweep-form Input"))
+        assert str(app.query_one("#sweep-status").render()) == "enter in a field or w runs the sweep"
+        assert app.sweeper is None

@@ -81,35 +81,55 @@ class AnalysisPane(Guarded, Vertical):
         self.app.action_sweep()
 
     def on_input_changed(self) -> None:
-        """A refused field is checked again as it is edited, so its mark goes when it is fixed."""
-        status = self.query_one("#sweep-status", Static)
-        if not str(status.render()).startswith("✗"):
-            return
-        try:
-            self.job()
-        except ConfigError as err:
-            self.refuse(err)
-            return
+        """Every field is checked as it is typed: each bad one marked, the first reason beside the bar."""
+        errors = self.problems()
         for field in self.query(Input):
-            field.remove_class("error")
-        status.update("enter in a field or w runs the sweep")
+            field.set_class(any(err.field == field.id for err in errors), "error")
+        status = self.query_one("#sweep-status", Static)
+        if errors:
+            status.update(f"✗ {errors[0]}")
+        elif str(status.render()).startswith("✗"):  # (a sweep's progress stays)
+            status.update("enter in a field or w runs the sweep")
 
     def on_mount(self) -> None:
         for which in ("#sweep-charts", "#sweep-table"):  # until a sweep has points
             self.query_one(which).display = False
 
-    def job(self) -> dict:
-        """The sweep asked for; raises ConfigError naming the field."""
+    def _archs(self) -> list[str]:
         archs = [a.strip() for a in self.query_one("#sweep-archs", Input).value.split(",") if a.strip()]
         bad = [a for a in archs if a not in ARCHS]
         if bad or not archs:
             raise ConfigError(f"archs: {bad[0] if bad else '(none)'!r} is not one of {', '.join(ARCHS)}",
                               field="sweep-archs")
-        filters_text = self.query_one("#sweep-filters", Input).value.strip()
-        return {"archs": archs, "batches": _ints(self.query_one("#sweep-batch", Input).value, "batch"),
-                "filters": _ints(filters_text, "filters") if filters_text else [None],
-                "threads": [cpu_count()], "steps": _ints(self.query_one("#sweep-steps", Input).value, "steps")[0],
-                "repeats": 3, "warmup": 2}
+        status = getattr(self.app, "archs", {})  # the backends found at start: an unavailable one cannot sweep
+        for a in archs:
+            if a in status and not status[a].available:
+                raise ConfigError(f"{a} is unavailable: {status[a].reason}", field="sweep-archs")
+        return archs
+
+    def _filters(self) -> list[int | None]:
+        text = self.query_one("#sweep-filters", Input).value.strip()
+        return _ints(text, "filters") if text else [None]
+
+    def problems(self) -> list[ConfigError]:
+        """What is wrong with each field, in the form's order (empty: the sweep can run)."""
+        errors = []
+        for check in (self._archs, lambda: _ints(self.query_one("#sweep-batch", Input).value, "batch"),
+                      self._filters, lambda: _ints(self.query_one("#sweep-steps", Input).value, "steps")):
+            try:
+                check()
+            except ConfigError as err:
+                errors.append(err)
+        return errors
+
+    def job(self) -> dict:
+        """The sweep asked for; raises ConfigError naming the first field at fault."""
+        errors = self.problems()
+        if errors:
+            raise errors[0]
+        return {"archs": self._archs(), "batches": _ints(self.query_one("#sweep-batch", Input).value, "batch"),
+                "filters": self._filters(), "threads": [cpu_count()],
+                "steps": _ints(self.query_one("#sweep-steps", Input).value, "steps")[0], "repeats": 3, "warmup": 2}
 
     def progress(self, i: int, n: int | None, what: str) -> None:
         """``n`` None: the sweep's size is not known yet (the bar pulses)."""
@@ -117,9 +137,10 @@ class AnalysisPane(Guarded, Vertical):
         self.query_one("#sweep-status", Static).update(what if n is None else f"{i}/{n} {what}")
 
     def refuse(self, err: ConfigError) -> None:
-        """A sweep that cannot run: the field at fault marked, the reason beside the bar."""
+        """A sweep that cannot run: the field at fault marked (with any other bad one), the reason beside the bar."""
+        bad = {err.field} | {e.field for e in self.problems()}
         for field in self.query(Input):
-            field.set_class(field.id == err.field, "error")
+            field.set_class(field.id in bad, "error")
         self.query_one("#sweep-status", Static).update(f"✗ {err}")
 
     def show(self, points: list[dict], amdahl: dict | None) -> None:
