@@ -234,6 +234,7 @@ class Store:
             return self._insert_run(kind, name, config, status="running", **info)
 
     def _insert_run(self, kind: str, name: str, config: dict, **info) -> int:
+        config = _absolute_data_paths(config)
         cols = {"kind": kind, "name": name, "config": json.dumps(config, default=str), "host": socket.gethostname(),
                 "version": _version(), "pid": os.getpid(), "pid_start": _process_start(os.getpid()),
                 "started": time.time(), **info}
@@ -364,6 +365,17 @@ class Store:
             if out.get(key):
                 out[key] = json.loads(out[key])
         return out
+
+
+def _absolute_data_paths(config: dict) -> dict:
+    """The config with its data files (data.path, data.test_path) made absolute from the current directory, where
+    the run read them: a run stored with a path as typed ('good') could not run again from another directory."""
+    data = config.get("data") if isinstance(config, dict) else None
+    if not isinstance(data, dict):
+        return config
+    fixed = {k: str(Path(v).expanduser().absolute()) for k in ("path", "test_path")
+             if isinstance(v := data.get(k), str) and v and not Path(v).expanduser().is_absolute()}
+    return {**config, "data": {**data, **fixed}} if fixed else config
 
 
 def _training_time(epochs: list[dict], batch: int) -> tuple[float, float, int]:

@@ -316,3 +316,22 @@ def test_the_cli_gives_one_line_and_exit_2(tmp_path, capsys, text, culprit):
     assert cli.main(["train", "kdd-net-1h", "--data", str(path), "--no-store", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"layerlab: error: {path}") and culprit in err, err
+
+
+def test_a_run_on_a_relative_path_is_stored_with_the_absolute_one(tmp_path, rng, monkeypatch):
+    """`layerlab train --data kdd.csv` in one directory, rerun from the app in another: the stored config must
+    name the file absolutely, as the run read it (it kept 'kdd.csv' and could not run again)."""
+    from nncore import cli
+    from nncore.store import Store
+
+    rows, _ = kdd_rows(200, rng)
+    write_csv(tmp_path / "kdd.csv", rows, KDD_COLUMNS + ["label"])
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "kdd-net-1h", "--data", "kdd.csv", "--epochs", "1", "--arch", "cpu-serial",
+                     "--store", "runs.sqlite", "--quiet"]) == 0
+    assert cli.main(["train", "kdd-net-1h", "--data", "missing.csv", "--store", "runs.sqlite", "--quiet"]) == 2
+    store = Store(tmp_path / "runs.sqlite")
+    paths = sorted(r["config"]["data"]["path"] for r in store.runs())
+    store.close()
+    assert paths[0] == str(tmp_path / "kdd.csv")  # (the refused one, if it is stored at all, too)
+    assert all(p.startswith(str(tmp_path)) for p in paths), paths
