@@ -137,16 +137,18 @@ def _parser() -> argparse.ArgumentParser:
     _store_args(b)
     sw = sub.add_parser("sweep", help="scaling sweep: archs x threads x batch sizes x filters, with Amdahl")
     sw.add_argument("config")
-    sw.add_argument("--archs", default="cpu-serial,cpu-parallel")
+    sw.add_argument("--archs", default="cpu-serial,cpu-parallel", help="comma-separated backends to compare")
     sw.add_argument("--batch", default="64,256,1000", help="comma-separated batch sizes")
     _alias(sw, "--batch-size", "batch")
     _alias(sw, "--arch", "archs")
     sw.add_argument("--filters", help="comma-separated Conv2D filter counts (default: as configured)")
     sw.add_argument("--threads", help="comma-separated thread counts for cpu-parallel (default: all cores)")
-    sw.add_argument("--steps", type=_int_arg, default=10)
-    sw.add_argument("--repeats", type=_int_arg, default=5)
-    sw.add_argument("--warmup", type=_int_arg, default=3)
-    sw.add_argument("--out", metavar="DIR", default="sweep-results")
+    sw.add_argument("--steps", type=_int_arg, default=10, help="training steps per timed repeat")
+    sw.add_argument("--repeats", type=_int_arg, default=5, help="timed repeats per point (the median is kept)")
+    sw.add_argument("--warmup", type=_int_arg, default=3, help="steps before timing (the first compiles)")
+    sw.add_argument("--out", metavar="DIR", default="sweep-results",
+                    help="directory for sweep.csv and sweep.json, made if its parent exists (default: "
+                         "./sweep-results)")
     _store_args(sw)
     ls = sub.add_parser("lockstep", help="train on two archs in lockstep and compare losses and weights")
     ls.add_argument("config")
@@ -297,6 +299,17 @@ def _config(args):
     return _override(cfg, "data", limit=args.limit, test_path=args.test_data, label=args.label)
 
 
+def _note_threads(threads, arch) -> None:
+    """Say once (stderr) when more threads are asked for than this process has cores: allowed (a sweep over thread
+    counts may want it), but they then share the cores and a run is slower, not faster."""
+    from nncore.runtime import cpu_count
+
+    cores = cpu_count()
+    if isinstance(threads, int) and threads > cores and arch != "cuda":
+        print(f"layerlab: note: {threads} threads on the {cores} core{'s' * (cores != 1)} this process may use: "
+              "they will share them (slower, not faster)", file=sys.stderr)
+
+
 def _data_progress() -> None:
     """Progress on stderr while a CSV file loads (nncore.tabular), twice a second, on one line on a terminal."""
     from nncore import tabular
@@ -427,6 +440,8 @@ def _train(args) -> int:
                                   f"of {want} ranks: it belongs to another MPI than mpi4py's; {INSTALL_HINT}, or "
                                   "name the right one in LAYERLAB_MPIEXEC")
         cfg = _config(args)
+        if root:
+            _note_threads(cfg.train.get("threads"), cfg.train.get("arch"))
         if root and not args.quiet and args.jsonl != "-":
             _data_progress()
         info = check_run(cfg)  # the dataset and the network's fit to it, before a backend starts (the app alike)

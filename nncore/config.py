@@ -130,6 +130,9 @@ def load_config(path) -> RunConfig:
     try:
         size = regular_file(p, "config file")
     except DataError as exc:
+        if not p.exists() and not p.suffix and len(p.parts) == 1:  # a bare name: say which names there are
+            names = ", ".join(sorted(c.stem for c in CONFIG_DIR.glob("*.toml")))
+            raise ConfigError(f"{p}: no such file, nor a preset ({names})") from None
         raise ConfigError(str(exc)) from None
     if size > CONFIG_BYTES:
         raise ConfigError(f"{p}: {size:,} bytes is too large for a config file (at most {CONFIG_BYTES:,})")

@@ -9,6 +9,7 @@ from .benchcli import _ints
 from .fileio import check_output
 from .config import load_config
 from .errors import ConfigError, LayerlabError
+from .network import check_spec
 
 
 def _archs(text: str) -> list[str]:
@@ -31,15 +32,18 @@ def run_sweep_cli(args) -> int:
         for name in ("steps", "repeats", "warmup"):
             if getattr(args, name) < 1:
                 raise ConfigError(f"--{name} {getattr(args, name)} must be >= 1")
-        out = Path(args.out)
-        try:  # the output directory made (or found writable) before the sweep, not after it
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"--out {args.out}: cannot make the directory ({exc.strerror or exc})") from None
-        check_output(out / "sweep.json", "--out")
         model = cfg.model
         if "input" not in model:
             raise ConfigError(f"{cfg.source}: sweeps need model.input")
+        check_spec(model)  # (a bad layer is named before the sweep starts, not under its progress bar)
+        out = Path(args.out).expanduser()
+        if not out.parent.is_dir():  # as --store: a typo makes no tree of directories
+            raise ConfigError(f"--out {args.out}: no directory {out.parent} (make it first, or give another path)")
+        try:  # the output directory made (or found writable) before the sweep, not after it
+            out.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--out {args.out}: cannot make the directory ({exc.strerror or exc})") from None
+        check_output(out / "sweep.json", "--out")
         points = sweep.run_sweep(model, archs, batches, filters, threads, args.steps, args.repeats, args.warmup,
                                  progress=sweep._progress)
         amdahl = None

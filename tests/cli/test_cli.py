@@ -314,3 +314,43 @@ def test_train_takes_batch_as_batch_size(tmp_path):
     assert proc.returncode == 0, proc.stderr
     started = json.loads(proc.stdout.splitlines()[0])
     assert started["config"]["train"]["batch_size"] == 40 and started["steps_per_epoch"] == 40  # 1600 samples / 40
+
+
+def test_sweep_out_in_a_missing_directory_is_refused_and_a_bad_layer_before_the_progress_bar(tmp_path, capsys):
+    # --out made a whole tree (/nonexistent/d) and exited 0; a bad layer was reported on the progress bar's line.
+    from nncore import cli
+
+    assert cli.main(["sweep", "quadrant", "--batch", "32", "--no-store", "--out", str(tmp_path / "no" / "d")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no directory {tmp_path / 'no'}" in err, err
+    assert not (tmp_path / "no").exists()
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\ninput = 2\nloss = "cross_entropy"\nlayers = [{type = "Linear", out_features = 4}, '
+                   '{type = "Softplus"}]\n')
+    assert cli.main(["sweep", str(bad), "--batch", "32", "--no-store", "--out", str(tmp_path / "o")]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("layerlab: error: layer 1: unknown type 'Softplus'"), captured.err
+    assert "sweep [" not in captured.err + captured.out and not (tmp_path / "o").exists()
+
+
+def test_an_unknown_config_name_lists_the_presets(capsys):
+    from nncore import cli
+    from nncore.config import CONFIG_DIR
+
+    assert cli.main(["train", "nosuchpreset", "--no-store"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nosuchpreset: no such file, nor a preset (" in err, err
+    assert all(c.stem in err for c in CONFIG_DIR.glob("*.toml"))
+
+
+def test_more_threads_than_cores_is_noted_once(monkeypatch, capsys):
+    from nncore import cli, runtime
+
+    monkeypatch.setattr(runtime, "cpu_count", lambda: 2)
+    assert cli.main(["train", "quadrant", "--threads", "9", "--epochs", "1", "--no-store", "--quiet",
+                     "--arch", "cpu-parallel"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("9 threads on the 2 cores") == 1, err
+    assert cli.main(["train", "quadrant", "--threads", "2", "--epochs", "1", "--no-store", "--quiet",
+                     "--arch", "cpu-parallel"]) == 0
+    assert "threads on the" not in capsys.readouterr().err
