@@ -49,10 +49,12 @@ class Loss:
     def check_classes(self, n_classes: int, where: str = "dataset") -> None:
         """Raise ConfigError unless labels in [0, n_classes) fit this loss and output size."""
         if n_classes != self.n_classes:
-            if self.name == "bce" and n_classes != 2:
-                fix = "bce fits 2 classes only: use cross_entropy, with out_features = " + str(n_classes)
+            if self.name == "bce" and n_classes == 2:
+                fix = "set the last layer's out_features to 1 (or 2)"
+            elif self.name == "bce":  # (bce with one output per class, one-vs-rest, trains too)
+                fix = f"set the last layer's out_features to {n_classes}, or use cross_entropy with as many"
             else:
-                fix = f"set the last layer's out_features to {1 if self.name == 'bce' else n_classes}"
+                fix = f"set the last layer's out_features to {n_classes}"
             raise ConfigError(f"loss {self.name}: the network has {self.outputs} output(s), fit for "
                               f"{self.n_classes} classes, but the {where} has {n_classes}; {fix}")
 
