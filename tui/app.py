@@ -184,6 +184,7 @@ class LayerlabApp(GuardedApp):
 
     def on_model_pane_changed(self, event: ModelPane.Changed) -> None:
         self.model_ok = event.valid
+        self.query_one(SettingsPane).set_misfit(event.misfit)
         self._update_controls()
 
     def on_settings_pane_changed(self, event: SettingsPane.Changed) -> None:

@@ -636,3 +636,19 @@ async def test_sweep_fields_are_marked_as_typed(fixed_env):
         assert not any(f.has_class("error") for f in app.query("#sweep-form Input"))
         assert str(app.query_one("#sweep-status").render()) == "enter in a field or w runs the sweep"
         assert app.sweeper is None
+
+
+async def test_the_data_view_does_not_call_valid_data_the_network_cannot_train_on(fixed_env):
+    """The quadrant network on a 28x28 image set: the Data view names the mismatch (it said "settings are valid",
+    and the mismatch showed only as a pop-up after F6), and says valid again once the data fits."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        app.query_one("#dataset", Select).value = "fashion-subset"
+        status = app.query_one("#settings-status")
+        await wait_for(pilot, lambda: "✗" in str(status.render()))
+        assert "does not fit fashion-subset" in str(status.render())
+        assert "model.input [2] does not match" in str(status.render()) and status.has_class("error")
+        app.query_one("#dataset", Select).value = "xor"
+        await wait_for(pilot, lambda: str(status.render()).startswith("✓ settings are valid"))
+        assert not status.has_class("error")

@@ -88,11 +88,12 @@ class InitSelect(Select):
 
 class ModelPane(Guarded, Vertical):
     class Changed(Message):
-        """The draft changed; ``valid`` says whether it builds and fits the dataset."""
+        """The draft changed; ``valid`` says whether it builds and fits the dataset, ``misfit`` why it does not fit
+        the dataset (its input or output width against the data), if that is what is wrong."""
 
-        def __init__(self, valid: bool) -> None:
+        def __init__(self, valid: bool, misfit: str | None = None) -> None:
             super().__init__()
-            self.valid = valid
+            self.valid, self.misfit = valid, misfit
 
     class PresetChosen(Message):
         def __init__(self, name: str) -> None:
@@ -206,7 +207,8 @@ class ModelPane(Guarded, Vertical):
             status.update(f"✓ valid: {plural(len(rows), 'layer')}, {plural(total, 'parameter')}, "
                           f"{fmt_flops(sum(r['flops_fwd'] for r in rows))} forward FLOPs per sample{fits}")
             status.remove_class("error")
-        self.post_message(self.Changed(problem is None))
+        misfit = str(self.error) if self.error is not None and self.error.about_data else None
+        self.post_message(self.Changed(problem is None, misfit))
 
     def _sync_editor(self) -> None:
         """Rebuild the parameter fields when the selected layer is another one (or another type)."""

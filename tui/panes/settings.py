@@ -61,6 +61,7 @@ class SettingsPane(Guarded, VerticalScroll):
         self.archs = available_archs()
         self.error: str | None = None
         self.data = None  # the DatasetInfo of the dataset chosen, when it can be described
+        self.misfit: str | None = None  # why the network cannot train on that dataset (set_misfit)
         self._want, self._reading, self._read_timer = None, False, None  # a CSV file to read (_read_table)
 
     def compose(self) -> ComposeResult:
@@ -251,11 +252,27 @@ class SettingsPane(Guarded, VerticalScroll):
             self.post_message(self.Changed(False, None, data_error))
             return False
         self.error = None
-        status.update(f"✓ settings are valid; {self.data.name}: input {'x'.join(map(str, self.data.input_shape))}, "
-                      f"{self.data.n_classes} classes")
-        status.remove_class("error")
+        self._show_valid()
         self.post_message(self.Changed(True, self.data))
         return True
+
+    def _show_valid(self) -> None:
+        """The status of valid settings: the dataset, or why the network in the editor cannot train on it."""
+        status = self.query_one("#settings-status", Static)
+        shape = f"{self.data.name}: input {'x'.join(map(str, self.data.input_shape))}, {self.data.n_classes} classes"
+        if self.misfit is not None:
+            status.update(f"✗ the network does not fit {shape}: {self.misfit}")
+            status.add_class("error")
+        else:
+            status.update(f"✓ settings are valid; {shape}")
+            status.remove_class("error")
+
+    def set_misfit(self, why: str | None) -> None:
+        """Why the network in the Model view cannot train on this dataset (its input or output width), or None:
+        the settings are valid, but this view should not say the run can go ahead."""
+        self.misfit = why
+        if self.error is None and self.data is not None:
+            self._show_valid()
 
     @on(Input.Changed)
     @on(Select.Changed)
