@@ -652,3 +652,29 @@ async def test_the_data_view_does_not_call_valid_data_the_network_cannot_train_o
         app.query_one("#dataset", Select).value = "xor"
         await wait_for(pilot, lambda: str(status.render()).startswith("✓ settings are valid"))
         assert not status.has_class("error")
+
+
+async def test_a_layer_keeps_its_last_good_value_while_its_field_is_bad(fixed_env):
+    """Clearing out_features and typing abc marks the field, but the layer keeps 16: the table shows its shapes
+    (it showed "✗ invalid" and "—" below), and its columns shrink back once a long value is gone."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one("#layers", DataTable)
+        table.focus()
+        await pilot.press("enter")  # edits the first layer: its out_features
+        for key in ["backspace", "backspace", "a", "b", "c"]:
+            await pilot.press(key)
+        field = param(app, "out_features")
+        assert field.value == "abc" and field.has_class("error")
+        assert app.draft.layers[0]["out_features"] == 16
+        assert [str(c) for c in table.get_row_at(0)][3:] == ["16", "48", "80"]
+        assert "—" not in str(table.get_row_at(4)) and str(table.get_row_at(0)[0]).startswith("✗")
+        assert "out_features 'abc' must be a whole number" in str(app.query_one("#model-status").render())
+        await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)
+        field.value = "123456789"
+        await pilot.pause()
+        wide = sum(c.get_render_width(table) for c in table.columns.values())
+        field.value = "16"
+        await pilot.pause()
+        assert sum(c.get_render_width(table) for c in table.columns.values()) < wide
+        assert not field.has_class("error") and "✓ valid" in str(app.query_one("#model-status").render())

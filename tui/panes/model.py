@@ -1,9 +1,9 @@
 """The network editor: preset, input shape and loss, the layer table, and one field per parameter of the
 selected layer.
 
-Typed text is never rewritten: a field that does not parse is marked, the layer keeps its last good value and
-training stays disabled until it parses. Each field belongs to one layer (the layer's dict itself, not a row
-number), so an edit can only ever change the layer it was typed for. The network is checked against the
+Typed text is never rewritten: a field that does not parse (or a required one left empty) is marked, the layer
+keeps its last good value and training stays disabled until it parses. Each field belongs to one layer (the
+layer's dict itself, not a row number), so an edit can only ever change the layer it was typed for. The network is checked against the
 dataset chosen in the Data & training view as well, as a run would check it.
 """
 from __future__ import annotations
@@ -162,9 +162,8 @@ class ModelPane(Guarded, Vertical):
         self.pending = {k: v for k, v in self.pending.items() if k[0] in present or k[0] == 0}
         rows, self.error = self.draft.check(self.data)
         bad_layers = {k[0] for k in self.pending}
-        table.clear()
-        if not table.columns:
-            table.add_columns("#", "layer", "parameters", "output", "params", "fwd FLOPs")
+        table.clear(columns=True)  # (kept columns would keep the width of the widest value they ever held)
+        table.add_columns("#", "layer", "parameters", "output", "params", "fwd FLOPs")
         for i, layer in enumerate(self.draft.layers):
             bad = (self.error is not None and self.error.layer == i) or id(layer) in bad_layers
             if i < len(rows):
@@ -274,6 +273,8 @@ class ModelPane(Guarded, Vertical):
         key = (id(field.of_layer), field.param.name)
         try:
             value = parse_param(field.param, event.value)
+            if value is None and field.param.placeholder == "required":  # cleared on the way to a new value
+                raise ValueError(f"missing parameter '{field.param.name}'")
         except ValueError as exc:
             self.pending[key] = (event.value, f"layer {i} ({field.of_layer['type']}): {exc}")
             field.add_class("error")
