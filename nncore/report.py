@@ -11,11 +11,22 @@ from .events import EpochEnd, Event, RunFailed, RunFinished, RunStarted, Step
 from .store import mean_rate, rate_basis
 
 
+def short_arch(arch: str | None) -> str:
+    """An arch for a narrow column: a sweep's list of archs as ``serial+parallel`` (the ``cpu-`` prefixes and
+    commas of ``cpu-serial,cpu-parallel`` dropped); a single arch, or none (—), as it is."""
+    if not arch:
+        return "—"
+    parts = [a.strip() for a in arch.split(",") if a.strip()]
+    return "+".join(a.removeprefix("cpu-") for a in parts) if len(parts) > 1 else arch
+
+
 def timing_table(timings) -> list[str]:
-    rows = [f"{'part':<22} {'fwd ms':>9} {'bwd ms':>9} {'share':>7} {'GFLOP/s':>9}"]
+    """The per-part table, its name column as wide as the longest part's name (a fused part's names are long)."""
+    width = max([22, *(len(t.name) for t in timings)])
+    rows = [f"{'part':<{width}} {'fwd ms':>9} {'bwd ms':>9} {'share':>7} {'GFLOP/s':>9}"]
     for t in timings:
         gf = f"{t.gflops:9.2f}" if t.gflops else f"{'':>9}"
-        rows.append(f"{t.name:<22} {t.fwd_ms:9.3f} {t.bwd_ms:9.3f} {100 * t.share:6.1f}% {gf}")
+        rows.append(f"{t.name:<{width}} {t.fwd_ms:9.3f} {t.bwd_ms:9.3f} {100 * t.share:6.1f}% {gf}")
     return rows
 
 

@@ -1,0 +1,33 @@
+"""The headless tables stay aligned whatever their longest entry: a fused part's long name in `layerlab train`'s
+per-part table, a sweep's list of archs in `layerlab runs list`."""
+from nncore.events import LayerTiming
+from nncore.report import short_arch, timing_table
+from nncore.store import Store
+from tests.cli.test_cli import layerlab
+
+
+def test_the_part_table_fits_its_longest_name():
+    timings = [LayerTiming(0, "layers 0-2 (Conv2D+ReLU+MaxPool2D)", 1.5, 2.25, 0.6, 3.0),
+               LayerTiming(3, "layer 3 (Linear)", 0.5, 0.75, 0.2, 1.0), LayerTiming(-1, "optimizer", 0.1, 0.0, 0.2, 0.0)]
+    rows = timing_table(timings)
+    header = rows[0]
+    for row in rows[1:]:  # every figure ends where its header ends
+        assert row.index("%") == header.index("share") + len("share") - 1, rows
+        assert len(row.rstrip()) <= len(header), rows
+    fwd_end = header.index("fwd ms") + len("fwd ms")
+    assert [row[fwd_end - 5:fwd_end] for row in rows[1:]] == ["1.500", "0.500", "0.100"], rows
+
+
+def test_a_sweeps_archs_are_shown_whole_in_runs_list(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    store = Store(path)
+    store.add_finished("sweep", "quadrant", {"model": {}, "sweep": {}}, [], {}, arch="cpu-serial,cpu-parallel",
+                       threads=2)
+    store.add_finished("bench", "quadrant", {"model": {}}, [], {}, arch="cpu-serial", threads=1)
+    lines = layerlab("runs", "--store", path, "list").stdout.splitlines()
+    assert short_arch("cpu-serial,cpu-parallel") == "serial+parallel" and short_arch("cuda") == "cuda"
+    header, sweep, bench = lines[0], next(x for x in lines if " sweep " in x), next(x for x in lines if " bench " in x)
+    at = header.index("arch")
+    assert sweep[at:].startswith("serial+parallel ") and bench[at:].startswith("cpu-serial ")
+    thr = header.index("thr") + len("thr")
+    assert sweep[thr - 1] == "2" and bench[thr - 1] == "1"  # the columns after it stay in line
