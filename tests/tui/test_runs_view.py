@@ -240,3 +240,23 @@ async def test_a_store_named_that_is_not_there_yet_is_announced_once(fixed_env, 
             said = [n.message for n in app._notifications if "new run store" in n.message]
         assert said == ([f"new run store created: {path}"] if _ == 0 else [])
     assert path.is_file()
+
+
+async def test_a_sweep_row_leaves_the_status_column_readable_at_80_columns(fixed_env):
+    """A sweep's archs (cpu-serial,cpu-parallel) are shown as serial+parallel: whole, they widened the arch column
+    until the status column showed only "st"/"fi" at 80x24."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        cfg = {"model": {}, "data": {"dataset": "quadrant"}, "train": {"arch": "cpu-serial", "batch_size": 32}}
+        record(app.store, scripted_run(epochs=2), cfg)
+        app.store.add_finished("sweep", "quadrant", {"model": {}, "sweep": {}}, [], {},
+                               arch="cpu-serial,cpu-parallel", threads=2)
+        app._show_runs()
+        await pilot.press("4")
+        await pilot.pause()
+        text = screen_text(app)
+        header = next(line for line in text.splitlines() if "samples/s" in line)
+        assert "status" in header.split(), header
+        assert "serial+parallel" in text and "finished" in text
+        assert next(r for r in app.query_one("#runs-pane").rows if r["kind"] == "sweep")["arch"] == \
+            "cpu-serial,cpu-parallel"  # (what a rerun or an export reads)

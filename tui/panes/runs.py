@@ -9,6 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Static
 
 from nncore.charts import Curves, draw_accuracy, draw_loss
+from nncore.report import short_arch
 from nncore.store import StoreError
 from tui.guard import Guarded
 from tui.keys import RUNS_KEYS, bindings
@@ -30,6 +31,8 @@ def _cell(key: str, value) -> str:
         return f"{value:.2f}"
     if key == "samples_per_s":
         return f"{value:,.0f}"
+    if key == "arch":  # a sweep's list of archs, short enough to leave the columns after it in view
+        return short_arch(value)
     if key == "speedup":
         return f"{value:.2f}x" if isinstance(value, float) else str(value)  # (the base run: "base")
     return str(value)
