@@ -184,7 +184,8 @@ class LayerlabApp(GuardedApp):
 
     def on_model_pane_changed(self, event: ModelPane.Changed) -> None:
         self.model_ok = event.valid
-        self.query_one(SettingsPane).set_misfit(event.misfit)
+        for pane in self.query(SettingsPane):  # (none while the app is closing)
+            pane.set_misfit(event.misfit)
         self._update_controls()
 
     def on_settings_pane_changed(self, event: SettingsPane.Changed) -> None:

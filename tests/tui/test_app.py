@@ -678,3 +678,17 @@ async def test_a_layer_keeps_its_last_good_value_while_its_field_is_bad(fixed_en
         await pilot.pause()
         assert sum(c.get_render_width(table) for c in table.columns.values()) < wide
         assert not field.has_class("error") and "✓ valid" in str(app.query_one("#model-status").render())
+
+
+async def test_the_model_status_never_wraps_mid_phrase_at_80_columns(fixed_env):
+    """The valid network's status at 80x24 breaks after the dataset it fits, not inside "fits quadrant"."""
+    from tests.tui.conftest import screen_text
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "fits quadrant" in screen_text(app))
+        lines = [line.strip() for line in screen_text(app).splitlines()]
+        at = next(i for i, line in enumerate(lines) if line.startswith("✓ valid"))
+        assert lines[at] == "✓ valid; fits quadrant"
+        assert lines[at + 1] == "5 layers, 337 parameters, 721 forward FLOPs per sample"
+        await pilot.pause()  # (the views' messages of the first layout, before the app closes)

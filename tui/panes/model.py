@@ -202,9 +202,10 @@ class ModelPane(Guarded, Vertical):
             status.add_class("error")
         else:
             total = sum(r["params"] for r in rows)
-            fits = f"; fits {self.data.name}" if self.data is not None else ""
-            status.update(f"✓ valid: {plural(len(rows), 'layer')}, {plural(total, 'parameter')}, "
-                          f"{fmt_flops(sum(r['flops_fwd'] for r in rows))} forward FLOPs per sample{fits}")
+            # Two lines, so that a narrow terminal never wraps the line in the middle of a phrase.
+            fits = f"; fits {self.data.name}\n" if self.data is not None else ": "
+            status.update(f"✓ valid{fits}{plural(len(rows), 'layer')}, {plural(total, 'parameter')}, "
+                          f"{fmt_flops(sum(r['flops_fwd'] for r in rows))} forward FLOPs per sample")
             status.remove_class("error")
         misfit = str(self.error) if self.error is not None and self.error.about_data else None
         self.post_message(self.Changed(problem is None, misfit))
