@@ -305,7 +305,7 @@ def _note_threads(threads, arch) -> None:
     from nncore.runtime import cpu_count
 
     cores = cpu_count()
-    if isinstance(threads, int) and threads > cores and arch != "cuda":
+    if isinstance(threads, int) and threads > cores and arch in (None, "cpu-parallel"):  # (cpu-serial refuses it)
         print(f"layerlab: note: {threads} threads on the {cores} core{'s' * (cores != 1)} this process may use: "
               "they will share them (slower, not faster)", file=sys.stderr)
 
@@ -440,13 +440,13 @@ def _train(args) -> int:
                                   f"of {want} ranks: it belongs to another MPI than mpi4py's; {INSTALL_HINT}, or "
                                   "name the right one in LAYERLAB_MPIEXEC")
         cfg = _config(args)
-        if root:
-            _note_threads(cfg.train.get("threads"), cfg.train.get("arch"))
         if root and not args.quiet and args.jsonl != "-":
             _data_progress()
         info = check_run(cfg)  # the dataset and the network's fit to it, before a backend starts (the app alike)
         for note in info.notes if root and not args.quiet else ():
             print(f"layerlab: {note}", file=sys.stderr)
+        if root and not args.quiet:
+            _note_threads(cfg.train.get("threads"), cfg.train.get("arch"))
         # Every output checked before training, not found unwritable after it.
         check_outputs([("--save-weights", args.save_weights), ("--checkpoint", args.checkpoint),
                        ("--jsonl", None if args.jsonl in (None, "-") else args.jsonl)])

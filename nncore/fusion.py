@@ -88,6 +88,10 @@ class Part:
 
 
 PARTIAL_BLOCKS = 8  # blocks of samples whose weight-gradient sums run in parallel, then add up
+# Vector accumulators the CPU conv kernels may keep per iteration when they compute several channel blocks at
+# once (conv_cpu.blocks_together): the forward's pooling windows (cnn64: 4 blocks x 4), the weight gradient's
+# taps and bias (cnn64: 2 blocks x 10); AVX-512 has 32 vector registers.
+FORWARD_ACCUMULATORS, DWEIGHT_ACCUMULATORS = 16, 20
 
 
 class ConvReluPool:
@@ -133,7 +137,8 @@ class ConvReluPool:
             K_cpu.pad_input(scratch["xp"], inp, conv.c, conv.h, conv.w, *conv.padding)
         K_cpu.conv_relu_pool_forward_cl(out, scratch["argmax"], scratch.get("xp", inp), scratch["wv"],
                                         *self._geometry(), self.channels_last,
-                                        K_cpu.blocks_together(self.blocks, 4))
+                                        K_cpu.blocks_together(self.blocks, self.pool.kernel[0] * self.pool.kernel[1],
+                                                              FORWARD_ACCUMULATORS))
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
         conv = self.conv
@@ -141,7 +146,10 @@ class ConvReluPool:
             K_cpu.pack_linear_weights(scratch["wc"], params, self.linear.offsets["weight"], conv.out_channels)
         K_cpu.conv_relu_pool_dweight_cl(scratch["part"], dout, scratch["wc"], scratch["argmax"],
                                         scratch.get("xp", inp), *self._geometry(), self.channels_last,
-                                        self.linear is not None, K_cpu.blocks_together(self.blocks, 2))
+                                        self.linear is not None,
+                                        K_cpu.blocks_together(self.blocks, self.taps // self.conv.c + 1,
+                                                              DWEIGHT_ACCUMULATORS,
+                                                              scratch["part"].shape[0] * self.conv.c))
         K_cpu.dweight_reduce(dparams, scratch["part"], conv.offsets["weight"], conv.offsets["bias"],
                              conv.out_channels)
 

@@ -20,10 +20,12 @@ view reads; --store PATH uses another, --no-store none (the session's runs are k
 """
 
 
-def _has_terminal() -> bool:
-    """Whether the app can draw and read keys here: both stdin and stdout a terminal (with either piped,
-    Textual would wait for keys that never come)."""
-    return sys.stdin.isatty() and sys.stdout.isatty()
+def _not_a_terminal() -> str | None:
+    """Which of stdin and stdout is not a terminal, if either (the app then cannot read keys or draw: Textual
+    would wait for keys that never come); None where both are."""
+    bad = [name for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout))
+           if not getattr(stream, "isatty", lambda: False)()]
+    return " and ".join(bad) or None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,9 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         except cli.ConfigError as exc:
             print(f"layerlab: error: {exc}", file=sys.stderr)
             return exc.exit_code
-    if not _has_terminal():
-        print("layerlab: error: the app needs a terminal (stdin and stdout); for runs without one use "
-              "`layerlab train CONFIG` (layerlab --help)", file=sys.stderr)
+    bad = _not_a_terminal()
+    if bad:
+        print(f"layerlab: error: the app needs a terminal, and {bad} {'is' if ' ' not in bad else 'are'} not one; "
+              "for runs without one use `layerlab train CONFIG` (layerlab --help)", file=sys.stderr)
         return cli.EXIT_CONFIG
     from tui.app import run_app
 

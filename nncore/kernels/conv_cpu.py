@@ -68,11 +68,16 @@ def _pooled(oc, pos, n_oc, n_pos, cl_out: ti.template()):
     return i
 
 
-def blocks_together(n_ob: int, most: int) -> int:
-    """How many 16-channel blocks of output channels one iteration of the fused conv kernels computes: the
-    largest of ``most``, 2, 1 that divides ``n_ob``. Each input pixel they load then feeds that many FMAs."""
-    for n in (most, 4, 2):
-        if n <= most and n_ob % n == 0:
+def blocks_together(n_ob: int, per_block: int, budget: int, tasks_per_block: int = 0) -> int:
+    """How many 16-channel blocks of output channels one iteration of the fused conv kernels computes: 4 or 2
+    where they divide ``n_ob`` and their ``per_block`` accumulators each stay within ``budget`` vector registers
+    (beyond it they spill: the weight gradient's 4 x 10 ran 1.5x slower than 2 x 10), and, where a kernel's tasks
+    are counted by block (``tasks_per_block`` tasks a block), while that leaves two tasks a thread; else 1.
+    Each input pixel loaded then feeds that many FMAs."""
+    threads = max(1, getattr(runtime.current(), "threads", 1) or 1)
+    for n in (4, 2):
+        if (n_ob % n == 0 and n * per_block <= budget
+                and (not tasks_per_block or tasks_per_block * (n_ob // n) >= 2 * threads)):
             return n
     return 1
 

@@ -183,7 +183,7 @@ def test_no_arguments_opens_the_app_on_the_default(monkeypatch):
 
     opened = []
     monkeypatch.setattr(tui.app, "run_app", lambda config=None, store=None: opened.append((config, store)) or 0)
-    monkeypatch.setattr(launch, "_has_terminal", lambda: True)
+    monkeypatch.setattr(launch, "_not_a_terminal", lambda: None)
     assert launch.main([]) == 0 and launch.main(["tui", "cnn"]) == 0
     assert launch.main(["tui", "--no-store"]) == 0 and launch.main(["tui", "cnn", "--store", "x.sqlite"]) == 0
     assert launch.main(["tui", "--store=y.sqlite"]) == 0
@@ -198,7 +198,7 @@ def test_the_app_without_a_terminal_says_so_and_exits_2():
     proc = subprocess.run([sys.executable, "-m", "tui.launch"], input="", capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert "needs a terminal" in proc.stderr and "Traceback" not in proc.stderr
+    assert "needs a terminal, and stdin" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_tui_usage_errors_exit_2_and_help_exits_0():
@@ -347,10 +347,14 @@ def test_more_threads_than_cores_is_noted_once(monkeypatch, capsys):
     from nncore import cli, runtime
 
     monkeypatch.setattr(runtime, "cpu_count", lambda: 2)
-    assert cli.main(["train", "quadrant", "--threads", "9", "--epochs", "1", "--no-store", "--quiet",
+    assert cli.main(["train", "quadrant", "--threads", "9", "--epochs", "1", "--no-store",
                      "--arch", "cpu-parallel"]) == 0
     err = capsys.readouterr().err
     assert err.count("9 threads on the 2 cores") == 1, err
-    assert cli.main(["train", "quadrant", "--threads", "2", "--epochs", "1", "--no-store", "--quiet",
+    assert cli.main(["train", "quadrant", "--threads", "2", "--epochs", "1", "--no-store",
                      "--arch", "cpu-parallel"]) == 0
     assert "threads on the" not in capsys.readouterr().err
+    # cpu-serial refuses more than one thread: its one-line error alone, no note before it
+    assert cli.main(["train", "quadrant", "--threads", "9", "--no-store", "--arch", "cpu-serial"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not fit cpu-serial" in err, err

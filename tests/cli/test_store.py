@@ -251,7 +251,7 @@ def test_two_processes_making_a_new_store_at_once_both_open_it(tmp_path):
         assert Store(path).count() == 2
 
 
-def test_a_store_path_in_a_missing_directory_is_refused_and_a_new_store_is_announced(tmp_path):
+def test_a_store_path_in_a_missing_directory_is_refused_and_a_new_store_is_announced(tmp_path, monkeypatch, capsys):
     """--store never makes directories (a typo would start a store of its own in a new tree): a path in a missing
     directory is a one-line error, exit 2, before anything runs; a new file in a directory that exists is created
     and named once on stderr, and not again once it exists."""
@@ -263,7 +263,10 @@ def test_a_store_path_in_a_missing_directory_is_refused_and_a_new_store_is_annou
         proc = layerlab(*argv, "--store", typo)
         assert proc.returncode == 2 and proc.stdout == ""
         one_line_error(proc, f"--store {typo}: no directory {typo.parent}")
+    monkeypatch.setattr(launch, "_not_a_terminal", lambda: None)  # (under pytest stdin is no terminal: exit 2 too)
     assert launch.main(["tui", "--store", str(typo)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--store {typo}: no directory {typo.parent}" in err, err
     with pytest.raises(StoreError, match="no directory"):
         Store(typo)
     assert not typo.parent.exists() and not (tmp_path / "sw").exists()

@@ -568,3 +568,17 @@ def test_fma_bitcode_is_assembled_from_its_source(tmp_path):
         pytest.skip("llvm-dis is not installed beside llvm-as")
     strip = lambda t: [l for l in t.splitlines() if not l.startswith(("; ModuleID", "source_filename"))]  # noqa: E731
     assert strip(bc_ours.stdout) == strip(bc_new.stdout)
+
+
+def test_conv_blocks_together_keep_within_the_register_budget(monkeypatch):
+    """The CPU conv kernels compute 4 or 2 channel blocks per iteration only where they divide the block count,
+    their accumulators fit the budget, and (for the weight gradient) two tasks a thread remain."""
+    from nncore.kernels import conv_cpu
+
+    monkeypatch.setattr(conv_cpu.runtime, "current", lambda: type("Info", (), {"threads": 2})())
+    assert conv_cpu.blocks_together(4, 4, 16) == 4  # cnn64's forward: 2x2 windows
+    assert conv_cpu.blocks_together(4, 10, 20, 8) == 2  # cnn64's weight gradient: 3x3 taps and the bias
+    assert conv_cpu.blocks_together(4, 26, 20, 8) == 1  # 5x5 taps: one block already holds 26
+    assert conv_cpu.blocks_together(4, 9, 16) == 1  # 3x3 windows
+    assert conv_cpu.blocks_together(3, 4, 16) == 1 and conv_cpu.blocks_together(6, 4, 16) == 2
+    assert conv_cpu.blocks_together(2, 10, 20, 1) == 1  # 2 tasks for 2 threads would be too few
