@@ -575,8 +575,10 @@ class LayerlabApp(GuardedApp):
         distributed = running and self.current is not None and self.current.ranks > 1
         if distributed and text.startswith("training on"):
             text += f" × {self.current.ranks} ranks"
-        self.query_one(TrainPane).set_state(text, running, self.paused, not running and why is None,
-                                            pausable=not distributed)
+        panes = self.query(TrainPane)
+        if not panes:  # the app is closing: a message that arrives then has no pane left to update
+            return
+        panes.first().set_state(text, running, self.paused, not running and why is None, pausable=not distributed)
         self._show_title()
         self.refresh_bindings()
         self.call_after_refresh(self._keep_focus)
