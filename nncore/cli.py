@@ -222,7 +222,7 @@ def _recorder(args, cfg):
         return None
     from nncore.store import Recorder
 
-    return Recorder(store, Path(cfg.source).stem, cfg.to_dict(),
+    return Recorder(store, Path(cfg.source).stem, cfg.to_dict(), input_refusals=False,
                     warn=lambda msg: print(f"layerlab: warning: {msg}", file=sys.stderr))
 
 

@@ -19,7 +19,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from .errors import BackendUnavailable, LayerlabError
+from .errors import BackendUnavailable, DataError, LayerlabError
 
 SCHEMA_VERSION = 1
 STATUSES = ("running", "finished", "stopped", "failed", "refused", "died")  # refused: the backend was unavailable
@@ -415,9 +415,13 @@ class Recorder:
     run_started, each epoch with its steps in one transaction, the outcome at the end. A store that fails
     mid-run is reported once (``warn``) and recording stops; training never does."""
 
-    def __init__(self, store: Store, name: str, config: dict | None = None, warn=None, kind: str = "train"):
-        """``config``: recorded for a run that fails before it starts (no run_started carries it then)."""
+    def __init__(self, store: Store, name: str, config: dict | None = None, warn=None, kind: str = "train",
+                 input_refusals: bool = True):
+        """``config``: recorded for a run that fails before it starts (no run_started carries it then).
+        ``input_refusals`` False: a run refused for its input before it started (exit 2: its data or config) is
+        not recorded, as the CLI's own checks before training record nothing (the app keeps every attempt)."""
         self.store, self.name, self.kind, self.warn, self.config = store, name, kind, warn, config or {}
+        self.input_refusals = input_refusals
         self.run_id: int | None = None
         self.steps: list[dict] = []
         self.failed = False
@@ -443,7 +447,7 @@ class Recorder:
             return
         refused = False
         if self.run_id is None:
-            if kind != "run_failed":
+            if kind != "run_failed" or (not self.input_refusals and e.get("exit_code") == DataError.exit_code):
                 return
             # Failed before it started: recorded with its error. Where the backend asked for is unavailable, it
             # is "refused", not "failed": nothing ran (the set-up that did start and failed stays "failed").

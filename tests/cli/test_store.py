@@ -291,3 +291,30 @@ def test_overlaid_accuracy_is_never_labelled_past_1(tmp_path):
     accs = [e["test_acc"] for i in ids for e in Store(path).run(int(i))["epochs"]]
     assert labels and max(labels) == 1.0, chart
     assert min(labels) - 0.1 <= min(accs), chart
+
+
+@pytest.mark.parametrize("cut", ["body", "header"])
+def test_data_refused_before_training_is_not_recorded_whichever_check_finds_it(tmp_path, cut):
+    # A truncated image file was recorded as a failed run when its body was short (found as the trainer loads
+    # it) and not at all when its header was bad (found before): both exit 2 before anything ran.
+    import struct
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    d = tmp_path / "idx"
+    d.mkdir()
+    for name, arr in {"train-images-idx3-ubyte": rng.integers(0, 256, (40, 28, 28)),
+                      "train-labels-idx1-ubyte": rng.integers(0, 10, 40),
+                      "t10k-images-idx3-ubyte": rng.integers(0, 256, (10, 28, 28)),
+                      "t10k-labels-idx1-ubyte": rng.integers(0, 10, 10)}.items():
+        raw = bytes([0, 0, 8, arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape) + arr.astype(np.uint8).tobytes()
+        if name == "train-images-idx3-ubyte":
+            raw = raw[:-100] if cut == "body" else raw[:2] + b"\x0d" + raw[3:]  # short, or a wrong element type
+        (d / name).write_bytes(raw)
+    path = tmp_path / "runs.sqlite"
+    proc = layerlab("train", "cnn", "--data", d, "--epochs", "1", "--store", path)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("layerlab: error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "train-images-idx3-ubyte" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not path.exists() or Store(path).runs() == []
