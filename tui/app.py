@@ -66,6 +66,14 @@ class LayerlabApp(GuardedApp):
     CSS_PATH = "app.tcss"
     TITLE = "layerlab"
     BINDINGS = bindings(APP_KEYS)
+    NOTIFICATION_TIMEOUT = 4  # an information notice is a short line, and most say what a view shows as well
+
+    def notify(self, message, *, title="", severity="information", timeout=None, markup=True) -> None:
+        """Notices stay up for as long as they matter: a warning or an error without a timeout of its own
+        stays long enough to read, an information notice goes after a few seconds."""
+        if timeout is None:
+            timeout = {"warning": 8, "error": 12}.get(severity, self.NOTIFICATION_TIMEOUT)
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def __init__(self, config: str | None = None, save_dir: str | Path | None = None, store: str | bool | None = None):
         """``store``: the run store's path (None: the default one; False: none, as ``--no-store``)."""
@@ -127,7 +135,7 @@ class LayerlabApp(GuardedApp):
                 return
             except StoreError as exc:
                 self.store_note = f"✗ {exc}; no history: this session's runs are kept until you quit"
-                self.notify(self.store_note, severity="error", timeout=20, markup=False)
+                self.notify(self.store_note, severity="error", markup=False)  # the Runs view keeps saying it
         else:
             self.store_note = "no run store (--no-store): this session's runs are kept until you quit"
         self.store = Store(MEMORY)
@@ -396,7 +404,8 @@ class LayerlabApp(GuardedApp):
             self.retiring.append((self.handle, time.monotonic() + 5.0))
         self.handle, self.current, self.paused = None, None, False
         self.query_one(TrainPane).on_end(steps, text)
-        self.notify(text, severity="error" if error or status == "died" else "information", timeout=10, markup=False)
+        failed = error or status == "died"  # a finished run says so in the Train view: a short notice is enough
+        self.notify(text, severity="error" if failed else "information", timeout=10 if failed else None, markup=False)
         self._show_runs()
         self._update_controls(text)
 

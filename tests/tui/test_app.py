@@ -692,3 +692,34 @@ async def test_the_model_status_never_wraps_mid_phrase_at_80_columns(fixed_env):
         assert lines[at] == "✓ valid; fits quadrant"
         assert lines[at + 1] == "5 layers, 337 parameters, 721 forward FLOPs per sample"
         await pilot.pause()  # (the views' messages of the first layout, before the app closes)
+
+
+async def test_notices_sit_top_right_and_go_soon_unless_they_are_errors(fixed_env):
+    """At 80x24 a notice covered the Train view's per-part summary and status lines for seconds: notices sit
+    at the top right, under the header, and an information notice goes sooner than a warning or an error."""
+    from textual.widgets._toast import Toast, ToastRack
+
+    from tui.state import RunRecord
+
+    app = LayerlabApp("quadrant", store=False)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.press("3")
+        app.current = RunRecord("quadrant", "cpu-serial", 1, 32)
+        app.runs.append(app.current)
+        for msg in scripted_run():
+            app._run_message(msg)
+        app.notify("x" * 200, severity="error")
+        await pilot.pause()
+        await pilot.pause()
+        toasts = list(app.screen.get_child_by_type(ToastRack).query(Toast))
+        assert len(toasts) == 2
+        short, long = sorted(toasts, key=lambda t: t.region.height)
+        assert short.region.y == 1 and short.region.height == 1  # "finished: ...": over the tab row's end
+        assert short.region.x >= 40  # in the right half, clear of the first four tabs
+        assert long.region.bottom <= 12 and long.region.right <= 80  # the error wraps, up high, in full
+        assert long.region.height >= 6
+        timeouts = {n.severity: n.timeout for n in app._notifications}
+        assert timeouts["information"] <= 5 and timeouts["error"] >= 10
+        app.notify("a warning", severity="warning")
+        await pilot.pause()
+        assert max(n.timeout for n in app._notifications if n.severity == "warning") >= 8
