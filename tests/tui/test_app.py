@@ -723,3 +723,22 @@ async def test_notices_sit_top_right_and_go_soon_unless_they_are_errors(fixed_en
         app.notify("a warning", severity="warning")
         await pilot.pause()
         assert max(n.timeout for n in app._notifications if n.severity == "warning") >= 8
+
+
+async def test_the_analysis_form_and_table_fit_80_columns(fixed_env):
+    """At 80 columns the archs field cut its default "cpu-serial,cpu-parallel" and the table's last header
+    ("K-F e") was cut where the fraction is negative: the field shows the default in full, the table fits,
+    and a legend spells out the short "K-F"."""
+    from tests.tui.test_snapshots import _sweep
+
+    app = LayerlabApp("quadrant", store=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("5")
+        _sweep(app)
+        await pilot.pause()
+        archs = app.query_one("#sweep-archs", Input)
+        assert archs.content_region.width > len(archs.value)  # the text and the cursor after it
+        table = app.query_one("#sweep-table", DataTable)
+        assert table.virtual_size.width <= table.content_region.width
+        assert str(table.ordered_columns[-1].label) == "K-F"
+        assert "K-F: Karp–Flatt serial fraction" in str(app.query_one("#sweep-legend").render())

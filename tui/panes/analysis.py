@@ -24,6 +24,10 @@ def _ints(text: str, name: str) -> list[int]:
     return vals
 
 
+# The table's short headers, spelled out: "K-F" keeps the table within 80 columns.
+TABLE_LEGEND = ("speedup: samples/s over cpu-serial's at the same batch · eff.: speedup per thread · "
+                "K-F: Karp–Flatt serial fraction")
+
 SYNCED_NOTE = ("Per-part times come from synced steps: each part is launched on its own and waited for, so each "
                "pays a launch and a sync (on cpu-parallel, a wake-up of the worker threads) that the measured step, "
                "one compute graph with no waits between parts, does not. Their sum can exceed the step time, and "
@@ -69,6 +73,7 @@ class AnalysisPane(Guarded, Vertical):
             yield Static("enter in a field or w runs the sweep", id="sweep-status", markup=False)
         with VerticalScroll(id="sweep-results"):
             yield DataTable(id="sweep-table", zebra_stripes=True)
+            yield Static(TABLE_LEGEND, id="sweep-legend", markup=False)
             with Horizontal(id="sweep-charts"):
                 yield Chart(draw_throughput, "samples/s against batch size: after a sweep", id="sweep-throughput")
                 yield Chart(draw_speedup, "speedup and its Amdahl bound: after a sweep with cpu-serial",
@@ -92,7 +97,7 @@ class AnalysisPane(Guarded, Vertical):
             status.update("enter in a field or w runs the sweep")
 
     def on_mount(self) -> None:
-        for which in ("#sweep-charts", "#sweep-table"):  # until a sweep has points
+        for which in ("#sweep-charts", "#sweep-table", "#sweep-legend"):  # until a sweep has points
             self.query_one(which).display = False
 
     def _archs(self) -> list[str]:
@@ -152,13 +157,15 @@ class AnalysisPane(Guarded, Vertical):
         # A filters column only where the sweep set filter counts: without it the table fits 80 columns.
         filters = any(p["filters"] is not None for p in points)
         table.add_columns("arch", "thr", "batch", *(["filters"] if filters else []), "samples/s", "ms/step",
-                          "GFLOP/s", "speedup", "eff.", "K-F e")
+                          "GFLOP/s", "speedup", "eff.", "K-F")
+        # Two decimals everywhere: a negative Karp–Flatt fraction (a superlinear speedup, "-0.07") still fits.
         fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
         for p in points:
             table.add_row(p["arch"], str(p["threads"]), str(p["batch"]), *([fmt(p["filters"], "")] if filters else []),
                           f"{p['samples_per_s']:,.0f}", f"{p['ms_per_step']:.2f}", f"{p['gflops']:.1f}",
-                          fmt(p["speedup"], ".2f"), fmt(p["efficiency"], ".2f"), fmt(p["karp_flatt"], ".3f"))
+                          fmt(p["speedup"], ".2f"), fmt(p["efficiency"], ".2f"), fmt(p["karp_flatt"], ".2f"))
         table.display = self.query_one("#sweep-charts").display = bool(points)
+        self.query_one("#sweep-legend").display = bool(points)
         self.query_one("#sweep-throughput", Chart).show(points, now=True)
         self.query_one("#sweep-speedup", Chart).show(amdahl, now=True)
         layers = self.query_one("#sweep-layers", Chart)
