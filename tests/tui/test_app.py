@@ -742,3 +742,22 @@ async def test_the_analysis_form_and_table_fit_80_columns(fixed_env):
         assert table.virtual_size.width <= table.content_region.width
         assert str(table.ordered_columns[-1].label) == "K-F"
         assert "K-F: Karp–Flatt serial fraction" in str(app.query_one("#sweep-legend").render())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 45)])
+async def test_the_samples_chart_keeps_its_curves_below_its_legend(fixed_env, size):
+    """plotext draws the legend inside the plot, at its top left, and the fastest arch's curve ran through it:
+    the axis leaves the legend's rows above the curves."""
+    from tests.tui.test_snapshots import _sweep
+
+    app = LayerlabApp("quadrant", store=False)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("5")
+        _sweep(app)
+        await pilot.pause()
+        chart = app.query_one("#sweep-throughput", Chart)
+        lines = chart.render().plain.splitlines()
+        for label in chart.series:
+            row = next(line for line in lines if f" {label} " in f"{line} ")
+            after = row.split(f" {label}", 1)[1].rstrip().rstrip("│┤")
+            assert not after.strip(), f"a curve crosses the legend's {label!r} row: {row!r}"
