@@ -216,6 +216,11 @@ def draw_throughput(plt, points: list[dict], rows: int | None = None) -> dict:
             ticks = sorted({float(f"{t:.2g}") for t in (lo, math.sqrt(lo * hi), hi)} | set(ticks))
         if ticks:
             plt.yticks(ticks, [si(t) for t in ticks])
+        # Room above the curves for the legend, as the other charts leave (plotext takes a log axis's limits as
+        # log10 of the values; one value gets a band around it).
+        lo, hi = math.log10(min(ys)), math.log10(max(ys))
+        lo, hi = (lo - 0.1, hi + 0.1) if hi - lo < 0.05 else (lo, hi)
+        plt.ylim(lo, _headroom(lo, hi, len(series), rows))
     plt.xlabel("batch size (log)")
     plt.title("samples/s (log) against batch size")
     return series

@@ -367,6 +367,12 @@ class Store:
         return out
 
 
+def failure_status(exit_code: int | None, started: bool) -> str:
+    """A failed run's status: "refused" where it failed before it started because the backend asked for is
+    unavailable (nothing ran), else "failed"."""
+    return "refused" if not started and exit_code == BackendUnavailable.exit_code else "failed"
+
+
 def _absolute_data_paths(config: dict) -> dict:
     """The config with its data files (data.path, data.test_path) made absolute from the current directory, where
     the run read them: a run stored with a path as typed ('good') could not run again from another directory."""
@@ -445,13 +451,12 @@ class Recorder:
                 device=e["device"], n_params=e["n_params"], steps_per_epoch=e["steps_per_epoch"],
                 train_samples=e["train_samples"], test_samples=e["test_samples"])
             return
-        refused = False
-        if self.run_id is None:
+        started = self.run_id is not None
+        if not started:
             if kind != "run_failed" or (not self.input_refusals and e.get("exit_code") == DataError.exit_code):
                 return
-            # Failed before it started: recorded with its error. Where the backend asked for is unavailable, it
-            # is "refused", not "failed": nothing ran (the set-up that did start and failed stays "failed").
-            refused = e.get("exit_code") == BackendUnavailable.exit_code
+            # Failed before it started: recorded with its error, as "refused" where nothing ran
+            # (``failure_status``).
             self.run_id = self.store.begin(self.kind, self.name, self.config, arch=self.config.get("train", {})
                                            .get("arch"))
         if kind == "step":
@@ -462,7 +467,7 @@ class Recorder:
         elif kind in ("run_finished", "run_failed"):
             self.store.add_steps(self.run_id, self.steps)
             self.steps = []
-            status = ("refused" if refused else "failed") if kind == "run_failed" else \
+            status = failure_status(e.get("exit_code"), started) if kind == "run_failed" else \
                 ("stopped" if e["stopped"] else "finished")
             self.store.update(self.run_id, status=status, ended=time.time(), summary=json.dumps(e),
                               error=e.get("error"), exit_code=e.get("exit_code"))

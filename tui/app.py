@@ -18,11 +18,11 @@ from textual.widgets import Button, Header, Input, Select, TabbedContent, TabPan
 from nncore import paths
 from tui import compat  # noqa: F401 (fixes to Textual, before anything is built)
 from nncore.config import RunConfig, check_run, load_config, preset_configs
-from nncore.errors import BackendUnavailable, ConfigError, DataError, LayerlabError
+from nncore.errors import ConfigError, DataError, LayerlabError
 from nncore.fileio import write_atomic
 from nncore.runscli import export_text
 from nncore.runtime import available_archs
-from nncore.store import MEMORY, Recorder, Store, StoreError
+from nncore.store import MEMORY, Recorder, Store, StoreError, failure_status
 from tui.child import RunHandle, distributed_main, record_sweep, sweep_main
 from tui.guard import GuardedApp
 from tui.keys import APP_KEYS, TAB_TITLES, TABS, bindings
@@ -390,8 +390,7 @@ class LayerlabApp(GuardedApp):
             self._update_controls(msg["message"])
         elif kind == "run_failed":
             # Before run_started with the backend unavailable nothing ran: refused, as the run store records it.
-            refused = self.steps_total == 0 and msg.get("exit_code") == BackendUnavailable.exit_code
-            status = "refused" if refused else "failed"
+            status = failure_status(msg.get("exit_code"), started=self.steps_total > 0)
             self._end_run(status, f"{status}: {msg['error']}", error=True, steps=msg.get("step", 0))
 
     def _end_run(self, status: str, text: str, error: bool = False, steps: int = 0) -> None:

@@ -2,13 +2,11 @@
 per arch, per-layer time per arch, and the Amdahl view (see nncore.analysis for the definitions)."""
 from __future__ import annotations
 
-import math
-
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 
-from nncore.charts import _headroom, draw_parts, draw_speedup, draw_throughput
+from nncore.charts import draw_parts, draw_speedup, draw_throughput
 from nncore.errors import ConfigError
 from nncore.runtime import ARCHS, cpu_count
 from tui.guard import Guarded
@@ -24,19 +22,6 @@ def _ints(text: str, name: str) -> list[int]:
     if not vals or min(vals) < 1:
         raise ConfigError(f"{name} {text!r} must be positive integers", field=f"sweep-{name}")
     return vals
-
-
-def draw_throughput_clear(plt, points: list[dict], rows: int | None = None) -> dict:
-    """Samples/s against batch size with room above the curves for the legend: plotext puts it in the plot's
-    top left, and the fastest arch's curve ran through it. The axis is logarithmic, and plotext takes its
-    limits as log10 of the values."""
-    series = draw_throughput(plt, points, rows=rows)
-    ys = [y for _, v in series.values() for y in v if y > 0]
-    if ys:
-        lo, hi = math.log10(min(ys)), math.log10(max(ys))
-        lo, hi = (lo - 0.1, hi + 0.1) if hi - lo < 0.05 else (lo, hi)  # one value: a band around it
-        plt.ylim(lo, _headroom(lo, hi, len(series), rows))
-    return series
 
 
 # The table's short headers, spelled out: "K-F" keeps the table within 80 columns.
@@ -90,7 +75,7 @@ class AnalysisPane(Guarded, Vertical):
             yield DataTable(id="sweep-table", zebra_stripes=True)
             yield Static(TABLE_LEGEND, id="sweep-legend", markup=False)
             with Horizontal(id="sweep-charts"):
-                yield Chart(draw_throughput_clear, "samples/s against batch size: after a sweep", id="sweep-throughput")
+                yield Chart(draw_throughput, "samples/s against batch size: after a sweep", id="sweep-throughput")
                 yield Chart(draw_speedup, "speedup and its Amdahl bound: after a sweep with cpu-serial",
                             id="sweep-speedup")
             yield Chart(draw_parts, "", id="sweep-layers")
@@ -143,10 +128,7 @@ class AnalysisPane(Guarded, Vertical):
         return errors
 
     def job(self) -> dict:
-        """The sweep asked for; raises ConfigError naming the first field at fault."""
-        errors = self.problems()
-        if errors:
-            raise errors[0]
+        """The sweep asked for; raises ConfigError naming the first field at fault (in the form's order)."""
         return {"archs": self._archs(), "batches": _ints(self.query_one("#sweep-batch", Input).value, "batch"),
                 "filters": self._filters(), "threads": [cpu_count()],
                 "steps": _ints(self.query_one("#sweep-steps", Input).value, "steps")[0], "repeats": 3, "warmup": 2}
