@@ -32,6 +32,7 @@ class Part:
     fused: "ConvReluPool | None" = None
     grad_from: int | None = None  # backward reads this gradient (index into the workspace's dacts), not j + 1's
     dinp_elsewhere: bool = False  # a later part computes this part's input gradient where it uses it
+    scratch_from: int | None = None  # this part also reads that part's scratch (a fused part's packed W)
 
     def forward(self, ws, params, packed: bool = False) -> None:
         """``packed``: the workspace's panels of this part's W hold W as it is now (nncore.network says when),
@@ -39,7 +40,7 @@ class Part:
         i, j = self.first, self.last
         runner = self.fused or self.layers[0]
         kw = {"packed": True} if packed else {}
-        runner.forward(ws.acts[j + 1], ws.acts[i], params, ws.scratch[i], **kw)
+        runner.forward(ws.acts[j + 1], ws.acts[i], params, self._scratch(ws), **kw)
 
     def backward(self, ws, params, dparams, need_dinp: bool, sgd=None, panels_only: bool = False) -> None:
         """``sgd`` (optim.SGD.fused()): where ``sgd_range`` is not None, W gets SGD's step instead of its
@@ -49,8 +50,17 @@ class Part:
         runner = self.fused or self.layers[0]
         dout = ws.dacts[j + 1 if self.grad_from is None else self.grad_from]
         kw = {"sgd": sgd, "panels_only": panels_only} if sgd is not None and self.sgd_range() is not None else {}
-        runner.backward(ws.dacts[i], dparams, dout, ws.acts[i], ws.acts[j + 1], params, ws.scratch[i],
+        runner.backward(ws.dacts[i], dparams, dout, ws.acts[i], ws.acts[j + 1], params, self._scratch(ws),
                         need_dinp and not self.dinp_elsewhere, **kw)
+
+    def _scratch(self, ws) -> dict:
+        if self.scratch_from is None:
+            return ws.scratch[self.first]
+        return {**ws.scratch[self.scratch_from], **ws.scratch[self.first]}
+
+    def out_buffer(self, batch: int) -> tuple | None:
+        """The (dtype, shape) of this part's output buffer where it is not (batch, features) f32."""
+        return self.fused.out_buffer(batch) if isinstance(self.fused, ConvReluPool) else None
 
     def _linear(self):
         runner = self.fused or self.layers[0]
@@ -106,14 +116,24 @@ class ConvReluPool:
         self.taps = conv.c * conv.kernel[0] * conv.kernel[1]
         # The pooled output written channels-last, for a Linear that reads it so (set by ``plan``); ``linear``:
         # that Linear, when it is narrow and this part computes its input gradient from the gradient at its
-        # output (its Part has dinp_elsewhere, this one grad_from).
+        # output (its Part has dinp_elsewhere, this one grad_from). The output is then 16-wide vectors the
+        # Linear reads as such (``Linear.pooled_in``), and W packed by that Linear's forward into this part's
+        # scratch serves this part's backward.
         self.channels_last, self.linear = channels_last, linear
+
+    def out_buffer(self, batch: int) -> tuple | None:
+        if self.linear is None:
+            return None
+        _, ph, pw = self.pool.out_shape
+        return "v16", (batch, ph * pw, self.blocks)
 
     def to_channel_major(self, a):
         """A host copy of this part's output (B, features) in PyTorch's (C, H, W) order."""
         if not self.channels_last:
             return a
         _, ph, pw = self.pool.out_shape
+        if a.ndim == 4:  # vectors (B, PH*PW, OCB, 16): the channels past OC dropped
+            a = a.reshape(len(a), ph * pw, -1)[:, :, :self.conv.out_channels]
         return a.reshape(len(a), ph * pw, -1).transpose(0, 2, 1).reshape(len(a), -1)
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
@@ -136,14 +156,12 @@ class ConvReluPool:
         if "xp" in scratch:
             K_cpu.pad_input(scratch["xp"], inp, conv.c, conv.h, conv.w, *conv.padding)
         K_cpu.conv_relu_pool_forward_cl(out, scratch["argmax"], scratch.get("xp", inp), scratch["wv"],
-                                        *self._geometry(), self.channels_last,
+                                        *self._geometry(), 2 if self.linear is not None else self.channels_last,
                                         K_cpu.blocks_together(self.blocks, self.pool.kernel[0] * self.pool.kernel[1],
                                                               FORWARD_ACCUMULATORS))
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
         conv = self.conv
-        if self.linear is not None:
-            K_cpu.pack_linear_weights(scratch["wc"], params, self.linear.offsets["weight"], conv.out_channels)
         K_cpu.conv_relu_pool_dweight_cl(scratch["part"], dout, scratch["wc"], scratch["argmax"],
                                         scratch.get("xp", inp), *self._geometry(), self.channels_last,
                                         self.linear is not None,
@@ -226,10 +244,11 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
     parts, i, cpu = [], 0, on_cpu()
     for layer in layers:
         if isinstance(layer, Linear):
-            layer.cl_c = 0
+            layer.cl_c, layer.pooled_in = 0, None
     if not fuse:
         return [Part(i, i, [layer]) for i, layer in enumerate(layers)]
     elsewhere = set()  # layers whose input gradient an earlier part computes
+    pooled = {}  # narrow Linears that read a fused part's vectors: the index of that part's first layer
     while i < len(layers):
         trio = layers[i:i + 3]
         if (len(trio) == 3 and isinstance(trio[0], Conv2D) and isinstance(trio[1], ReLU)
@@ -246,6 +265,8 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
                 if narrow:
                     elsewhere.add(i + 4)
                     grad_from = i + 5
+                    pooled[i + 4] = i
+                    after[1].pooled_in = (math.prod(trio[2].out_shape[1:]), -(-trio[0].out_channels // K_cpu.L))
                 fused = ConvReluPool(trio[0], trio[2], channels_last=cl, linear=after[1] if narrow else None)
             else:
                 fused = ConvReluPoolCUDA(trio[0], trio[2])
@@ -264,6 +285,6 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
                               grad_from=i + 3 if narrow_next else None))
             i += 2
         else:
-            parts.append(Part(i, i, [layers[i]], dinp_elsewhere=i in elsewhere))
+            parts.append(Part(i, i, [layers[i]], dinp_elsewhere=i in elsewhere, scratch_from=pooled.get(i)))
             i += 1
     return parts

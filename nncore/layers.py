@@ -20,6 +20,7 @@ from .kernels import activation as K_act
 from .kernels import chunk, on_cpu
 from .kernels import gemm_cpu as K_gemm
 from .kernels import conv as K_conv
+from .kernels import conv_cpu as K_conv_cpu
 from .kernels import gemm_cuda as K_tiled
 from .kernels import pool as K_pool
 
@@ -115,6 +116,9 @@ class Linear(Layer):
         # > 0: the CPU input arrives channels-last, (H, W, C) with C = cl_c, from a fused conv part; W keeps
         # PyTorch's (C, H, W) columns and the CPU kernels map between the two. Set by nncore.fusion.plan.
         self.cl_c = 0
+        # (PH*PW, OCB) where that input comes as the fused part's 16-wide vectors (a narrow Linear; see
+        # nncore.fusion.ConvReluPool), read with W packed likewise (kernels.conv_cpu.linear_forward_pooled).
+        self.pooled_in = None
 
     def param_shapes(self):
         return {"weight": (self.out_features, self.in_features), "bias": (self.out_features,)}
@@ -131,6 +135,8 @@ class Linear(Layer):
 
     def scratch_shapes(self, batch, need_dinp=True):
         # The CPU kernels read both operands of each product staged as 16-wide vectors (nncore.kernels.gemm_cpu).
+        if on_cpu() and self.pooled_in:
+            return {}  # (W's vectors live in the fused part's scratch: nncore.fusion.Part.scratch_from)
         if on_cpu():
             n_in, n_out = self.in_features, self.out_features
             shapes = {"wt": ("v16", K_gemm.panels_shape(n_out, n_in)), "ds": ("v16", K_gemm.strips_shape(batch, n_out))}
@@ -147,7 +153,11 @@ class Linear(Layer):
         """``kind``: the activation fused after it on the CPU (nncore.fusion.LinearAct; 0 none), which needs the
         staged kernels (``K_gemm.staging_pays``). ``packed`` (CPU): scratch's W panels already hold this W."""
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
-        if "wt" in scratch:
+        if self.pooled_in:
+            K_conv_cpu.pack_linear_weights(scratch["wc"], params, w_off, self.cl_c)
+            K_conv_cpu.linear_forward_pooled(out, inp, scratch["wc"], params, b_off,
+                                             K_conv_cpu.output_groups(self.out_features))
+        elif "wt" in scratch:
             if "xp" in scratch:
                 K_gemm.stage_panels(scratch["xp"], inp, inp, 0)
                 K_gemm.linear_forward_cpu(out, scratch["xp"], scratch["wt"], params, w_off, b_off, self.cl_c, kind,
@@ -168,7 +178,11 @@ class Linear(Layer):
         panels alone and params' copy is left out of date (nncore.network keeps track)."""
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         assert not (panels_only and need_dinp)  # (the input gradient reads W from params)
-        if "wt" in scratch:
+        if self.pooled_in:  # (its input gradient: the fused part's, from dout)
+            kv = 2 if self.pooled_in[1] % 2 == 0 else 1  # channel blocks a task
+            K_conv_cpu.linear_dweight_pooled(dparams, dout, inp, w_off, b_off, self.cl_c,
+                                             K_conv_cpu.output_groups(self.out_features), kv)
+        elif "wt" in scratch:
             if need_dinp:
                 K_gemm.stage_panels(scratch["dp"], dout, out, kind)
                 K_gemm.weight_strips(scratch["wv"], params, w_off, self.in_features, self.cl_c)

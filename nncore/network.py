@@ -153,12 +153,15 @@ class Workspace:
         size = lambda shape: int(math.prod(shape))  # noqa: E731
         n = len(net.layers)
         inner = {k for part in net.parts for k in range(part.first + 1, part.last + 1)}
+        special = {part.last + 1: part.out_buffer(batch) for part in net.parts if part.out_buffer(batch)}
         self.acts: list = [ti.ndarray(ti.f32, shape=(batch, size(net.input_shape)))]
         for i, layer in enumerate(net.layers):
             if i + 1 in inner:
                 self.acts.append(None)
+            elif layer.aliases_input:
+                self.acts.append(self.acts[i])
             else:
-                self.acts.append(self.acts[i] if layer.aliases_input
+                self.acts.append(_buffer(*special[i + 1]) if i + 1 in special
                                  else ti.ndarray(ti.f32, shape=(batch, size(layer.out_shape))))
         self.dacts: list = [None] * (n + 1)
         self.dacts[n] = ti.ndarray(ti.f32, shape=(batch, size(net.out_shape)))

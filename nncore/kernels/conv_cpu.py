@@ -8,13 +8,16 @@ the weight and bias gradients over the winners. The winners are kept channels-la
 vectors, ``argmax[b, py*PW + px, oc // 16]``: the winner's flat index in the conv output of its sample,
 (oc*OH + oy)*OW + ox (MaxPool2D's own argmax over the ReLU output), or -1 where the pooled value is 0 and
 ReLU passes no gradient. The pooled output is written in the usual channel-major layout that Flatten and
-Linear expect.
+Linear expect, or channels-last for a Linear that maps it to W's columns, or, for a narrow Linear (under 32
+outputs), as channels-last 16-wide vectors that ``linear_forward_pooled`` and ``linear_dweight_pooled`` read
+as such, with W packed the same way (``pack_linear_weights``): their products then run along the channels
+with no lane idle and no scalar stores of the pooled values.
 """
 import taichi as ti
 
 from .. import runtime
 from . import F1, F2, kernel, n_elems, sized
-from .fma import madd
+from .fma import madd, vmadd
 
 L = 16
 V = ti.types.vector(L, ti.f32)
@@ -83,11 +86,12 @@ def blocks_together(n_ob: int, per_block: int, budget: int, tasks_per_block: int
 
 
 @kernel
-def conv_relu_pool_forward_cl(out: F2, argmax: VIA3, xp: F2, wv: VA2, n_oc: ti.i32, n_c: ti.i32, hp: ti.i32,
+def conv_relu_pool_forward_cl(out: ti.types.ndarray(), argmax: VIA3, xp: F2, wv: VA2, n_oc: ti.i32, n_c: ti.i32, hp: ti.i32,
                               wp: ti.i32, kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32,
                               oh_n: ti.i32, ow_n: ti.i32, qh: ti.template(), qw: ti.template(), qsh: ti.i32,
                               qsw: ti.i32, cl_out: ti.template(), nob: ti.template()):
-    # out: (B, OC*PH*PW) channel-major, or channels-last (B, PH*PW*OC) if cl_out (see _pooled)
+    # out: (B, OC*PH*PW) f32 channel-major, or channels-last (B, PH*PW*OC) if cl_out (see _pooled); with cl_out
+    # 2, channels-last 16-wide vectors (B, PH*PW, OCB), zero past OC, for linear_forward_pooled
     # argmax: (B, PH*PW, OCB) winners (see the module's docstring)
     # xp: (B, C*HP*WP) the padded input (pad_input)   wv: (TAPS + 1, OCB) packed weights and bias
     # nob: channel blocks per iteration (``blocks_together``), a divisor of OCB
@@ -128,10 +132,16 @@ def conv_relu_pool_forward_cl(out: F2, argmax: VIA3, xp: F2, wv: VA2, n_oc: ti.i
                         win = ti.select(take, first + (py * qsh + dy) * ow_n + px * qsw + dx, win)
                         best = ti.select(take, v, best)
                     argmax[b, py * px_n + px, ob] = win
-                    for l in ti.static(range(L)):
-                        oc = ob * L + l
-                        if oc < n_oc:
-                            out[b, _pooled(oc, py * px_n + px, n_oc, py_n * px_n, cl_out)] = best[l]
+                    if ti.static(cl_out == 2):
+                        out[b, py * px_n + px, ob] = best  # (lanes past OC: 0, their weights and bias are 0)
+                    else:
+                        for l in ti.static(range(L)):
+                            oc = ob * L + l
+                            if oc < n_oc:
+                                out[b, _pooled(oc, py * px_n + px, n_oc, py_n * px_n, cl_out)] = best[l]
+
+
+PB = 16  # pooled positions a task of pack_linear_weights and linear_dweight_pooled takes (see there)
 
 
 @sized(lambda wc, *_: 16 * wc.shape[0] * wc.shape[1] * wc.shape[2])
@@ -139,10 +149,13 @@ def pack_linear_weights(wc: VA3, params: F1, w_off: ti.i32, n_oc: ti.i32):
     # wc: (PH*PW, OUT, OCB) 16-wide vectors, wc[pos, o, ob][l] = W[o, (ob*16 + l)*PH*PW + pos], zero past OC:
     # the weights of the Linear after the fused part (params[w_off:]: W (OUT, OC*PH*PW), PyTorch's columns),
     # by pooled position and output, 16 channels a vector (for ``from_dz`` below)
+    # A task takes PB positions of one output's 16 channels: the 16 x PB floats it reads share their lines.
     n_pos, n_out, n_ob = wc.shape[0], wc.shape[1], wc.shape[2]
+    n_pb = (n_pos + PB - 1) // PB
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for pos in range(n_pos):
-        for o, ob in ti.ndrange(n_out, n_ob):
+    for t in range(n_out * n_ob * n_pb):
+        o, ob, pb = t // (n_ob * n_pb), t // n_pb % n_ob, t % n_pb
+        for pos in range(pb * PB, ti.min(pb * PB + PB, n_pos)):
             v = V(0.0)
             for l in ti.static(range(L)):
                 oc = ob * L + l
@@ -228,3 +241,73 @@ def dweight_reduce(dparams: F1, part: VA3, w_off: ti.i32, b_off: ti.i32, n_oc: t
                     dparams[b_off + oc] = acc[l]
                 else:
                     dparams[w_off + oc * taps + q] = acc[l]
+
+
+def output_groups(n_out: int) -> int:
+    """Outputs per task in the pooled Linear's kernels: all of a narrow layer's, or an even share of them
+    within 12, so a task's accumulators (two rows or two channel blocks of them) stay in 24 vector registers."""
+    groups = -(-n_out // 12)
+    return -(-n_out // groups)
+
+
+@sized(lambda out, pv, *_: n_elems(out) * pv.shape[1] * pv.shape[2] * L // 20)
+def linear_forward_pooled(out: F2, pv: VA3, wc: VA3, params: F1, b_off: ti.i32, no: ti.template()):
+    # out: (B, OUT) = pooled @ W^T + b, for the narrow Linear after a fused part (nncore.fusion)
+    # pv: (B, PH*PW, OCB) the part's pooled output as vectors (cl_out 2)   wc: W (pack_linear_weights)
+    # no: outputs per task (output_groups)
+    # Vectorised along the pooled channels: for two rows and no outputs, vector products of pv and wc summed
+    # lane by lane, then across the lanes (no lane idle, where vectors of outputs would leave 6 of 16 so).
+    m_n, n_out = out.shape[0], out.shape[1]
+    n_pos, n_ob = pv.shape[1], pv.shape[2]
+    mt, ng = (m_n + 1) // 2, (n_out + no - 1) // no
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
+    for t in range(mt * ng):
+        m0, o0 = t // ng * 2, t % ng * no
+        acc = [V(0.0) for _ in ti.static(range(2 * no))]
+        for pos in range(n_pos):
+            for ob in range(n_ob):
+                w = [wc[pos, ti.min(o0 + o, n_out - 1), ob] for o in ti.static(range(no))]
+                for i in ti.static(range(2)):
+                    x = pv[ti.min(m0 + i, m_n - 1), pos, ob]
+                    for o in ti.static(range(no)):
+                        vmadd(acc[i * no + o], x, w[o])
+        for i, o in ti.static(ti.ndrange(2, no)):
+            if m0 + i < m_n and o0 + o < n_out:
+                out[m0 + i, o0 + o] = acc[i * no + o].sum() + params[b_off + o0 + o]
+
+
+@sized(lambda dparams, dout, pv, *_: n_elems(dout) * pv.shape[1] * pv.shape[2] * L // 20)
+def linear_dweight_pooled(dparams: F1, dout: F2, pv: VA3, w_off: ti.i32, b_off: ti.i32, n_oc: ti.i32,
+                          no: ti.template(), kv: ti.template()):
+    # dparams[w_off:]: dW (OUT, OC*PH*PW), PyTorch's columns, = dz^T @ pooled; dparams[b_off:]: db
+    # dout: dz (B, OUT)   pv: as linear_forward_pooled's   no: outputs per task   kv: channel blocks per task
+    # Vectorised along the pooled channels: for each position, a task sums over the batch, for kv channel
+    # blocks and no outputs, a scalar of dz times a vector of pv. A task takes PB positions in a row: its
+    # stores, a channel's positions PyTorch's columns apart, then fill whole lines (one position a task left
+    # each line to 16 tasks). One more task sums the bias gradient.
+    m_n, n_out = dout.shape[0], dout.shape[1]
+    n_pos, n_ob = pv.shape[1], pv.shape[2]
+    nk, ng, n_pb = n_ob // kv, (n_out + no - 1) // no, (n_pos + PB - 1) // PB
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
+    for t in range(n_pb * nk * ng + 1):
+        if t == n_pb * nk * ng:
+            for o in range(n_out):
+                s = 0.0
+                for m in range(m_n):
+                    s += dout[m, o]
+                dparams[b_off + o] = s
+        else:
+            pb, ob0, o0 = t // (nk * ng), t // ng % nk * kv, t % ng * no
+            for pos in range(pb * PB, ti.min(pb * PB + PB, n_pos)):
+                acc = [V(0.0) for _ in ti.static(range(kv * no))]
+                for m in range(m_n):
+                    x = [pv[m, pos, ob0 + j] for j in ti.static(range(kv))]
+                    for o in ti.static(range(no)):
+                        s = dout[m, ti.min(o0 + o, n_out - 1)]
+                        for j in ti.static(range(kv)):
+                            madd(acc[j * no + o], s, x[j])
+                for j, o in ti.static(ti.ndrange(kv, no)):
+                    if o0 + o < n_out:
+                        at = w_off + (o0 + o) * n_oc * n_pos + pos
+                        for l in range(ti.min(L, n_oc - (ob0 + j) * L)):
+                            dparams[at + ((ob0 + j) * L + l) * n_pos] = acc[j * no + o][l]

@@ -14,3 +14,13 @@ define void @nncore_fma16(<16 x float>* %acc, float* %s, <16 x float>* %b) alway
   store <16 x float> %r, <16 x float>* %acc
   ret void
 }
+
+; acc += a * b, all three 16-wide vectors (products summed along a vector's lanes).
+define void @nncore_fma16vv(<16 x float>* %acc, <16 x float>* %a, <16 x float>* %b) alwaysinline {
+  %x = load <16 x float>, <16 x float>* %acc
+  %av = load <16 x float>, <16 x float>* %a
+  %bv = load <16 x float>, <16 x float>* %b
+  %r = call <16 x float> @llvm.fma.v16f32(<16 x float> %av, <16 x float> %bv, <16 x float> %x)
+  store <16 x float> %r, <16 x float>* %acc
+  ret void
+}

@@ -47,3 +47,12 @@ def madd(acc: ti.template(), s, b):
         _bc.nncore_fma16(acc, s, b)
     else:
         acc += s * b
+
+
+@ti.func
+def vmadd(acc: ti.template(), a, b):
+    """acc += a * b, with acc, a and b 16-wide vectors (lane by lane)."""
+    if ti.static(FUSED):
+        _bc.nncore_fma16vv(acc, a, b)
+    else:
+        acc += a * b

@@ -320,6 +320,12 @@ def _winners(net, ws, fused: bool) -> np.ndarray:
     ([{"type": "Conv2D", "out_channels": 40, "kernel_size": 2, "padding": 1}, {"type": "ReLU"},
       {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 4}],
      [1, 7, 6]),  # three blocks: one at a time
+    ([{"type": "Conv2D", "out_channels": 33, "kernel_size": 3}, {"type": "ReLU"},
+      {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 25}],
+     [1, 12, 13]),  # the narrow Linear's 25 outputs in three tasks' groups (the last partial), 25 positions
+    ([{"type": "Conv2D", "out_channels": 32, "kernel_size": 3}, {"type": "ReLU"},
+      {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 14}],
+     [2, 9, 8]),  # two channel blocks a weight-gradient task, 14 outputs in two groups
     ([{"type": "Conv2D", "out_channels": 7, "kernel_size": 3}, {"type": "ReLU"},
       {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 40},
       {"type": "ReLU"}, {"type": "Linear", "out_features": 3}],
