@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .kernels import conv_cpu as K_cpu
 from .kernels import conv_cuda as K_cuda
 from .kernels import on_cpu
@@ -102,6 +104,9 @@ PARTIAL_BLOCKS = 8  # blocks of samples whose weight-gradient sums run in parall
 # once (conv_cpu.blocks_together): the forward's pooling windows (cnn64: 4 blocks x 4), the weight gradient's
 # taps and bias (cnn64: 2 blocks x 10); AVX-512 has 32 vector registers.
 FORWARD_ACCUMULATORS, DWEIGHT_ACCUMULATORS = 16, 20
+# The CPU's fused part unrolls a pooling window's conv values into registers: larger windows would take minutes
+# to compile and spill, so they run as separate layers. (The winners, positions in their window, fit 8 bits.)
+MAX_WINDOW = 16
 
 
 class ConvReluPool:
@@ -138,12 +143,25 @@ class ConvReluPool:
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
         c, (_, ph, pw) = self.conv, self.pool.out_shape
-        shapes = {"argmax": ("vi16", (batch, ph * pw, self.blocks)), "wv": ("v16", (self.taps + 1, self.blocks)),
+        shapes = {"argmax": ("vi8", (batch, ph * pw, self.blocks)), "wv": ("v16", (self.taps + 1, self.blocks)),
                   "part": ("v16", (min(batch, PARTIAL_BLOCKS), self.taps + 1, self.blocks)),
                   "wc": ("v16", (ph * pw, self.linear.out_features, self.blocks) if self.linear else (1, 1, 1))}
         if any(c.padding):  # the input with its padding written out; without padding the kernels read the input
             shapes["xp"] = ("f32", (batch, c.c * (c.h + 2 * c.padding[0]) * (c.w + 2 * c.padding[1])))
         return shapes
+
+    def winners(self, arg):
+        """A host copy of the winners (B, PH*PW, OCB, 16) as MaxPool2D's own argmax, (B, OC*PH*PW), each the flat
+        index (oc*OH + oy)*OW + ox in the conv output of its sample, -1 kept."""
+        (n_oc, oh, ow), (_, ph, pw) = self.conv.out_shape, self.pool.out_shape
+        qw, (qsh, qsw) = self.pool.kernel[1], self.pool.stride
+        arg = arg.reshape(len(arg), ph * pw, -1)[:, :, :n_oc].astype(np.int64)
+        py, px = np.divmod(np.arange(ph * pw), pw)
+        oy = py[None, :, None] * qsh + arg // qw
+        ox = px[None, :, None] * qsw + arg % qw
+        flat = (np.arange(n_oc)[None, None, :] * oh + oy) * ow + ox
+        flat = np.where(arg >= 0, flat, -1)
+        return flat.transpose(0, 2, 1).reshape(len(arg), -1)
 
     def _geometry(self):
         c, p = self.conv, self.pool
@@ -252,7 +270,8 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
     while i < len(layers):
         trio = layers[i:i + 3]
         if (len(trio) == 3 and isinstance(trio[0], Conv2D) and isinstance(trio[1], ReLU)
-                and isinstance(trio[2], MaxPool2D) and not need_dinp[i]):
+                and isinstance(trio[2], MaxPool2D) and not need_dinp[i]
+                and (not cpu or math.prod(trio[2].kernel) <= MAX_WINDOW)):
             grad_from = None
             if cpu:
                 after = layers[i + 3:i + 5]

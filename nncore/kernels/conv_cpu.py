@@ -5,8 +5,9 @@ the last row holds the bias), with zeros for the channels past OC, so a conv val
 scalar input load and one 16-wide FMA per tap. Neither the conv output nor its gradient is ever stored:
 forward computes each pooling window's conv values in registers and keeps the ReLU'd winner; backward sums
 the weight and bias gradients over the winners. The winners are kept channels-last as 16-wide integer
-vectors, ``argmax[b, py*PW + px, oc // 16]``: the winner's flat index in the conv output of its sample,
-(oc*OH + oy)*OW + ox (MaxPool2D's own argmax over the ReLU output), or -1 where the pooled value is 0 and
+vectors, ``argmax[b, py*PW + px, oc // 16]``: the winner's position in its pooling window, dy*QW + dx, in 8 bits
+(a quarter of the traffic of 32-bit flat indices; nncore.fusion fuses windows of at most 16 positions), or -1
+where the pooled value is 0 and
 ReLU passes no gradient. The pooled output is written in the usual channel-major layout that Flatten and
 Linear expect, or channels-last for a Linear that maps it to W's columns, or, for a narrow Linear (under 32
 outputs), as channels-last 16-wide vectors that ``linear_forward_pooled`` and ``linear_dweight_pooled`` read
@@ -24,7 +25,7 @@ V = ti.types.vector(L, ti.f32)
 VI = ti.types.vector(L, ti.i32)
 VA2 = ti.types.ndarray(dtype=V, ndim=2)
 VA3 = ti.types.ndarray(dtype=V, ndim=3)
-VIA3 = ti.types.ndarray(dtype=VI, ndim=3)
+VI8A3 = ti.types.ndarray(dtype=ti.types.vector(L, ti.i8), ndim=3)
 
 
 @sized(lambda wv, *_: 16 * n_elems(wv))
@@ -86,8 +87,8 @@ def blocks_together(n_ob: int, per_block: int, budget: int, tasks_per_block: int
 
 
 @kernel
-def conv_relu_pool_forward_cl(out: ti.types.ndarray(), argmax: VIA3, xp: F2, wv: VA2, n_oc: ti.i32, n_c: ti.i32, hp: ti.i32,
-                              wp: ti.i32, kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32,
+def conv_relu_pool_forward_cl(out: ti.types.ndarray(), argmax: VI8A3, xp: F2, wv: VA2, n_oc: ti.i32, n_c: ti.i32,
+                              hp: ti.i32, wp: ti.i32, kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32,
                               oh_n: ti.i32, ow_n: ti.i32, qh: ti.template(), qw: ti.template(), qsh: ti.i32,
                               qsw: ti.i32, cl_out: ti.template(), nob: ti.template()):
     # out: (B, OC*PH*PW) f32 channel-major, or channels-last (B, PH*PW*OC) if cl_out (see _pooled); with cl_out
@@ -106,7 +107,6 @@ def conv_relu_pool_forward_cl(out: ti.types.ndarray(), argmax: VIA3, xp: F2, wv:
     # One task per sample: neighbouring pooled rows of a channel share cache lines, so tasks of single rows
     # would have threads writing the same lines.
     for b in range(out.shape[0]):
-        lanes = VI([l for l in ti.static(range(L))])
         for py, px in ti.ndrange(py_n, px_n):
             for og in range(argmax.shape[2] // nob):
                 ob0 = og * nob
@@ -123,15 +123,14 @@ def conv_relu_pool_forward_cl(out: ti.types.ndarray(), argmax: VIA3, xp: F2, wv:
                     # ReLU, then the first strictly larger value wins, as in maxpool2d_forward; a window whose
                     # best is 0 keeps -1. A NaN wins too (the last one, as maxpool2d_forward), so NaN propagates.
                     best, win = V(0.0), VI(-1)
-                    first = (ob * L + lanes) * (oh_n * ow_n)  # each lane's channel's first conv position
                     for dy, dx in ti.static(ti.ndrange(qh, qw)):
                         v = acc[j * nw + dy * qw + dx]
                         # NaN test on the bits: Taichi folds v != v to false.
                         bits = VI([ti.bit_cast(v[l], ti.i32) & 0x7FFFFFFF for l in ti.static(range(L))])
                         take = (v > best) | (bits > 0x7F800000)
-                        win = ti.select(take, first + (py * qsh + dy) * ow_n + px * qsw + dx, win)
+                        win = ti.select(take, dy * qw + dx, win)
                         best = ti.select(take, v, best)
-                    argmax[b, py * px_n + px, ob] = win
+                    argmax[b, py * px_n + px, ob] = ti.cast(win, ti.i8)
                     if ti.static(cl_out == 2):
                         out[b, py * px_n + px, ob] = best  # (lanes past OC: 0, their weights and bias are 0)
                     else:
@@ -165,7 +164,7 @@ def pack_linear_weights(wc: VA3, params: F1, w_off: ti.i32, n_oc: ti.i32):
 
 
 @kernel
-def conv_relu_pool_dweight_cl(part: VA3, dout: F2, wc: VA3, argmax: VIA3, xp: F2, n_oc: ti.i32, n_c: ti.i32,
+def conv_relu_pool_dweight_cl(part: VA3, dout: F2, wc: VA3, argmax: VI8A3, xp: F2, n_oc: ti.i32, n_c: ti.i32,
                               hp: ti.i32, wp: ti.i32, kh: ti.template(), kw: ti.template(), sh: ti.i32, sw: ti.i32,
                               oh_n: ti.i32, ow_n: ti.i32, qh: ti.template(), qw: ti.template(), qsh: ti.i32,
                               qsw: ti.i32, cl_out: ti.template(), from_dz: ti.template(), nob: ti.template()):
@@ -189,13 +188,11 @@ def conv_relu_pool_dweight_cl(part: VA3, dout: F2, wc: VA3, argmax: VIA3, xp: F2
     for t in range(n_bb * n_c * n_og):
         bb, c, og = t // (n_c * n_og), t // n_og % n_c, t % n_og
         ob0 = og * nob
-        lanes = VI([l for l in ti.static(range(L))])
         acc = [V(0.0) for _ in ti.static(range(nob * nt))]
-        first = [((ob0 + j) * L + lanes) * (oh_n * ow_n) for j in ti.static(range(nob))]
         for b in range(bb * n_b // n_bb, (bb + 1) * n_b // n_bb):
             for py, px in ti.ndrange(py_n, px_n):
                 pos = py * px_n + px
-                win = [argmax[b, pos, ob0 + j] for j in ti.static(range(nob))]
+                win = [ti.cast(argmax[b, pos, ob0 + j], ti.i32) for j in ti.static(range(nob))]
                 g = [V(0.0) for _ in ti.static(range(nob))]
                 if ti.static(from_dz):
                     for o in range(wc.shape[1]):
@@ -213,7 +210,7 @@ def conv_relu_pool_dweight_cl(part: VA3, dout: F2, wc: VA3, argmax: VIA3, xp: F2
                     acc[j * nt + nt - 1] += g[j]
                 for dy, dx in ti.static(ti.ndrange(qh, qw)):
                     oy, ox = py * qsh + dy, px * qsw + dx
-                    d = [ti.select(win[j] == first[j] + oy * ow_n + ox, g[j], 0.0) for j in ti.static(range(nob))]
+                    d = [ti.select(win[j] == dy * qw + dx, g[j], 0.0) for j in ti.static(range(nob))]
                     for ky, kx in ti.static(ti.ndrange(kh, kw)):
                         v = xp[b, (c * hp + oy * sh + ky) * wp + ox * sw + kx]
                         for j in ti.static(range(nob)):

@@ -285,6 +285,20 @@ def test_fused_conv_relu_pool_matches_finite_differences(arch, rng, spec, fused)
     _check_against_finite_differences(net, rng.normal(size=(6, 2 * 9 * 11)), rng.integers(0, 5, size=6))
 
 
+@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
+def test_large_pooling_windows_run_unfused_on_the_cpu(arch, rng):
+    """The CPU's fused part unrolls each pooling window's conv values into registers, so windows of more than
+    16 positions (here 5 x 5) run as separate layers, which still match finite differences."""
+    spec = [{"type": "Conv2D", "out_channels": 3, "kernel_size": 2}, {"type": "ReLU"},
+            {"type": "MaxPool2D", "kernel_size": 5, "stride": 2}, {"type": "Flatten"},
+            {"type": "Linear", "out_features": 4}]
+    net = Sequential(spec, [2, 9, 8], "cross_entropy", seed=3)
+    assert all(p.fused is None for p in net.parts)
+    four = Sequential([dict(spec[0]), spec[1], dict(spec[2], kernel_size=4)] + spec[3:], [2, 9, 8], "cross_entropy")
+    assert net.parts[0].fused is None and four.parts[0].fused is not None
+    _check_against_finite_differences(net, rng.normal(size=(5, 2 * 9 * 8)), rng.integers(0, 4, size=5))
+
+
 def _pooled(net, ws) -> np.ndarray:
     """The pooled output in PyTorch's (C, H, W) order, whatever layout the network keeps it in."""
     out = ws.acts[3].to_numpy()
@@ -295,12 +309,11 @@ def _pooled(net, ws) -> np.ndarray:
 def _winners(net, ws, fused: bool) -> np.ndarray:
     """The pooling winners as MaxPool2D's own argmax, (B, OC*PH*PW), with -1 where the pooled value is 0 (no
     gradient passes there, whichever position is kept). The CPU's fused part keeps them channels-last in
-    16-wide vectors, already -1 where the value is 0."""
+    16-wide vectors, as positions in their windows, already -1 where the value is 0."""
     arg = ws.scratch[0 if fused else 2]["argmax"].to_numpy()
     out = _pooled(net, ws)
     if arg.ndim == 4:  # (B, PH*PW, OCB, 16)
-        n_oc = net.layers[0].out_channels
-        arg = arg.reshape(arg.shape[0], arg.shape[1], -1)[:, :, :n_oc].transpose(0, 2, 1).reshape(len(arg), -1)
+        arg = net.parts[0].fused.winners(arg)
     return np.where(out > 0, arg, -1)
 
 
