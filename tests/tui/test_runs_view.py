@@ -260,3 +260,53 @@ async def test_a_sweep_row_leaves_the_status_column_readable_at_80_columns(fixed
         assert "serial+parallel" in text and "finished" in text
         assert next(r for r in app.query_one("#runs-pane").rows if r["kind"] == "sweep")["arch"] == \
             "cpu-serial,cpu-parallel"  # (what a rerun or an export reads)
+
+
+async def test_the_table_fits_80_columns_and_shows_every_column_at_140(fixed_env):
+    """At 80x24 every column shown fits the terminal (no scrolling sideways): the least useful columns are hidden,
+    long network names are cut, and the line under the table gives the selected run's hidden values in full. At
+    140x45 every column is back, the names (18 characters) whole."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        cfg = app._run_config()
+        long = "mnist-conv-2x64-bn"
+        for name, arch in [("quadrant", "cpu-serial"), (long, "cpu-parallel"), ("kdd-net-2h-relu-v2", "cpu-serial")]:
+            record(app.store, scripted_run(), {**cfg, "source": name, "train": {**cfg["train"], "arch": arch}})
+        app.store.add_finished("sweep", long, {"model": {}, "sweep": {}}, [], {}, arch="cpu-serial,cpu-parallel",
+                               threads=2)
+        app._show_runs()
+        await pilot.press("4")
+        await pilot.pause()
+        table = app.query_one("#runs-table", DataTable)
+
+        def header() -> str:
+            return next(line for line in screen_text(app).splitlines() if "samples/s" in line)
+
+        assert table.virtual_size.width <= table.scrollable_content_region.width and table.max_scroll_x == 0
+        for label in ["✓", "#", "network", "arch", "samples/s", "speedup", "test acc", "status"]:
+            assert f" {label} " in header(), header()
+        assert not {"started", "kind", "thr", "ranks", "s/epoch"} & set(header().split())
+        rows = [line for line in screen_text(app).splitlines() if "finished" in line]
+        assert len(rows) == 4 and "serial+parallel" in rows[0]
+        assert not any(long in line for line in rows) and "mnist-con…" in rows[0]  # cut with an ellipsis
+        detail = str(app.query_one("#runs-detail").render())
+        assert detail.startswith("#4: ") and long in detail and "sweep" in detail and "2 thr" in detail
+        await pilot.press("down", "down")  # the long-named training run
+        await pilot.pause()
+        detail = str(app.query_one("#runs-detail").render())
+        assert detail.startswith("#2: ") and long in detail and "train" in detail and "3 ep" in detail
+        assert f"batch {cfg['train']['batch_size']}" in detail
+        # The table still holds every value, hidden or not (its rows read in full at any width).
+        assert [r["network"] for r in _rows(app)] == [long, "kdd-net-2h-relu-v2", long, "quadrant"]
+        assert [r["kind"] for r in _rows(app)] == ["sweep", "train", "train", "train"]
+
+        await pilot.resize_terminal(140, 45)
+        await pilot.pause()
+        assert table.max_scroll_x == 0
+        for label in ["network", "arch", "samples/s", "speedup", "test acc", "status", "batch", "ep", "thr", "ranks",
+                      "s/epoch", "started", "kind"]:
+            assert f" {label} " in header(), header()
+        assert long in screen_text(app) and not app.query_one("#runs-detail").display
+        await pilot.resize_terminal(80, 24)  # and narrow again
+        await pilot.pause()
+        assert table.max_scroll_x == 0 and "started" not in header() and app.query_one("#runs-detail").display

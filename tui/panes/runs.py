@@ -1,12 +1,22 @@
 """The Runs view: every run in the run store, newest first (this session's and earlier ones, from the app and
 the command line), loaded a page at a time as the cursor goes down. The selected run's curves show below;
 runs marked with space are overlaid instead. Rerun, delete and export act on the marked runs or the selected one.
+
+The table fits the terminal's width: a narrow one hides the least useful columns and cuts long network names,
+and a line under the table gives the selected run's hidden values in full.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
+from rich.cells import cell_len
+from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.widgets import DataTable, Static
+from textual.widgets.data_table import Column
 
 from nncore.charts import Curves, draw_accuracy, draw_loss
 from nncore.report import short_arch
@@ -38,8 +48,98 @@ def _cell(key: str, value) -> str:
     return str(value)
 
 
+def _detail(row: dict, hidden: set[str], cut: dict[str, int]) -> str:
+    """A run's values that the table hides (``hidden`` columns) or cuts (``cut``: column widths), for the line
+    under the table; "" where the table shows the run whole."""
+    said = {"network": lambda v: v, "arch": lambda v: v, "kind": lambda v: v, "started": lambda v: f"started {v}",
+            "batch": lambda v: f"batch {v}", "epochs": lambda v: f"{v} ep", "threads": lambda v: f"{v} thr",
+            "ranks": lambda v: f"{v} rank" + ("s" if v != 1 else ""), "s_per_epoch": lambda v: f"{v:.2f} s/epoch"}
+    keys = {*hidden, *(k for k, width in cut.items() if cell_len(_cell(k, row[k])) > width)}
+    if row["kind"] != "train":
+        keys.discard("epochs")  # (a sweep has points, no epochs)
+    parts = [said[k](row[k]) if k in said else f"{HEADERS.get(k, k)} {_cell(k, row[k])}"
+             for k in dict.fromkeys([*said, *STORE_COLUMNS]) if k in keys and row.get(k) is not None]
+    return f"#{row['id']}: " + ", ".join(parts) if parts else ""
+
+
+# Hidden where the terminal is too narrow for every column, the least useful first (ranks is 1 but for MPI runs,
+# s/epoch follows from samples/s and the batch), when the run started last.
+HIDE_ORDER = ["ranks", "threads", "s_per_epoch", "kind", "epochs", "batch", "started"]
+NET_CUT = 16  # a long network name is cut to this width (or more, where there is room) before columns are hidden
+NARROWEST = {"network": 8, "arch": 12}  # cut to at most, all columns hidden: "quadrant", "cpu-parallel" stay whole
+
+
+@dataclass
+class _Column(Column):
+    """A column the table can hide: it then takes no width, its padding included."""
+    hidden: bool = False
+
+    def get_render_width(self, data_table) -> int:
+        return 0 if self.hidden else super().get_render_width(data_table)
+
+
+def fit_columns(natural: dict[str, int], budget: int, pad: int) -> tuple[set[str], dict[str, int]]:
+    """The columns to hide and the cut widths of the others (``natural``: each column's widest cell or header),
+    so that the table fits ``budget`` cells: long network names are cut to NET_CUT, then columns are hidden in
+    HIDE_ORDER, then the network and arch columns are cut down to NARROWEST; past that the table scrolls."""
+    hidden: set[str] = set()
+    for key in [None, *HIDE_ORDER]:
+        if key in natural:
+            hidden.add(key)
+        room = budget - sum(w + 2 * pad for k, w in natural.items() if k not in hidden and k != "network") - 2 * pad
+        if room >= natural["network"]:
+            return hidden, {}
+        if room >= NET_CUT:
+            return hidden, {"network": room}
+    net = max(room, min(NARROWEST["network"], natural["network"]))
+    short = net - room  # what the arch column has to give up
+    arch = max(natural["arch"] - short, min(NARROWEST["arch"], natural["arch"]))
+    return hidden, {"network": net, **({"arch": arch} if arch < natural["arch"] else {})}
+
+
 class RunsTable(DataTable):
     BINDINGS = bindings(RUNS_KEYS)
+
+    class Fitted(Message):
+        """The columns shown changed (the terminal was resized, runs came in)."""
+
+    hidden: set[str] = set()
+    cut: dict[str, int] = {}
+
+    def add_column(self, label, *, width=None, key=None, default=None):
+        """DataTable.add_column, the column made one that can be hidden."""
+        column_key = super().add_column(label, width=width, key=key, default=default)
+        column = self.columns[column_key]
+        self.columns[column_key] = _Column(**{f.name: getattr(column, f.name) for f in fields(Column)})
+        return column_key
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.fit()
+
+    def fit(self) -> None:
+        """Hide and cut columns so that the table fits its width (a vertical scrollbar's included, so that one
+        showing up with more runs never brings in a horizontal one)."""
+        budget = self.size.width - self.styles.scrollbar_size_vertical
+        if budget <= 0:  # not laid out yet (another view is showing): fitted when it is
+            return
+        natural = {c.key.value: max([cell_len(c.label.plain), *(cell_len(str(v)) for v in self.get_column(c.key))])
+                   for c in self.ordered_columns}
+        hidden, cut = fit_columns(natural, budget, self.cell_padding)
+        changed = hidden != self.hidden or cut != self.cut
+        for column in self.ordered_columns:
+            key = column.key.value
+            width = cut.get(key, natural[key])
+            if column.hidden != (key in hidden) or column.auto_width or column.width != width:
+                column.hidden, column.auto_width, column.width = key in hidden, False, width
+                changed = True
+        if changed:
+            self.hidden, self.cut = hidden, cut
+            # What DataTable.add_column does after a change of width: its caches and scrollable size go stale.
+            self._update_count += 1
+            self._require_update_dimensions = True
+            self.check_idle()
+            self.refresh()
+            self.post_message(self.Fitted())
 
 
 class RunsPane(Guarded, Vertical):
@@ -50,6 +150,7 @@ class RunsPane(Guarded, Vertical):
 
     def compose(self) -> ComposeResult:
         yield RunsTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="runs-detail", markup=False)
         yield Static("no runs yet: start one with s (F6)", id="runs-hint", markup=False)
         with Horizontal(id="runs-charts"):
             yield Chart(draw_loss, NO_CURVES, id="runs-loss")
@@ -59,7 +160,9 @@ class RunsPane(Guarded, Vertical):
     def on_mount(self) -> None:
         self.marked: list[int] = []  # run ids, in the order marked (the overlay's colours follow it)
         self.rows = []
-        self.query_one(DataTable).add_columns(*[HEADERS.get(c, c) for c in STORE_COLUMNS])
+        table = self.query_one(DataTable)
+        for c in STORE_COLUMNS:
+            table.add_column(HEADERS.get(c, c), key=c)
 
     # -- reading the store ----------------------------------------------------------------------------------------
     def load(self, store, note: str = "") -> None:
@@ -79,24 +182,27 @@ class RunsPane(Guarded, Vertical):
         # selected run stays selected.
         at_top = table.row_count == 0 or table.cursor_row <= 0
         self.rows, self.total = store_rows(rows, self.marked), total
-        cells = [[_cell(c, r[c]) for c in STORE_COLUMNS] for r in self.rows]
+        # Text, not markup (a network's name is shown as written), cut with an ellipsis where the column is cut.
+        cells = [[Text(_cell(c, r[c]), no_wrap=True, overflow="ellipsis") for c in STORE_COLUMNS] for r in self.rows]
         if table.row_count == len(cells) and all(
-                str(table.get_row_at(i)[1]) == row[1] for i, row in enumerate(cells)):
+                str(table.get_row_at(i)[1]) == str(row[1]) for i, row in enumerate(cells)):
             for i, row in enumerate(cells):  # the same runs: only changed cells are written
                 for col, (old, new) in enumerate(zip(table.get_row_at(i), row)):
-                    if str(old) != new:
+                    if str(old) != str(new):
                         table.update_cell_at((i, col), new, update_width=True)
         else:
             table.clear()
             for row in cells:
-                table.add_row(*row, key=row[1])
+                table.add_row(*row, key=str(row[1]))
             ids = [r["id"] for r in self.rows]
             if keep in ids and not at_top:
                 table.move_cursor(row=ids.index(keep), animate=False)
             else:
                 table.move_cursor(row=0, animate=False)
                 table.scroll_home(animate=False)
+        table.fit()
         self._hint()
+        self._detail()
         self.show_curves()
 
     def _hint(self) -> None:
@@ -111,7 +217,20 @@ class RunsPane(Guarded, Vertical):
             text = f"{self.note}\n{text}"
         self.query_one("#runs-hint", Static).update(text)
 
+    def _detail(self) -> None:
+        """The selected run's values that the table does not show whole, on the line under it (no line where it
+        shows the run whole)."""
+        table, line = self.query_one(RunsTable), self.query_one("#runs-detail", Static)
+        row = next((r for r in self.rows if r["id"] == self.selected_id()), None)
+        text = _detail(row, table.hidden, table.cut) if row else ""
+        line.display = bool(text)
+        line.update(text)
+
+    def on_runs_table_fitted(self, event: RunsTable.Fitted) -> None:
+        self._detail()
+
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._detail()
         if event.cursor_row >= len(self.rows) - 1 and len(self.rows) < self.total:
             self._read(len(self.rows) + PAGE)  # (which shows the curves)
         elif not self.marked:
