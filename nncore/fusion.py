@@ -104,9 +104,16 @@ PARTIAL_BLOCKS = 8  # blocks of samples whose weight-gradient sums run in parall
 # once (conv_cpu.blocks_together): the forward's pooling windows (cnn64: 4 blocks x 4), the weight gradient's
 # taps and bias (cnn64: 2 blocks x 10); AVX-512 has 32 vector registers.
 FORWARD_ACCUMULATORS, DWEIGHT_ACCUMULATORS = 16, 20
-# The CPU's fused part unrolls a pooling window's conv values into registers: larger windows would take minutes
-# to compile and spill, so they run as separate layers. (The winners, positions in their window, fit 8 bits.)
-MAX_WINDOW = 16
+# The fused kernels unroll a pooling window's positions, and each position's kernel taps, at compile time: a
+# 12 x 12 window or an 11 x 11 kernel took minutes to compile, so beyond these bounds the layers run one by one.
+# (The CPU's winners, positions in their window, fit 8 bits.)
+MAX_WINDOW, MAX_UNROLLED = 16, 144  # window positions; window positions x kernel taps
+
+
+def fusable(conv: Conv2D, pool: MaxPool2D) -> bool:
+    """Whether Conv2D -> ReLU -> MaxPool2D of these sizes compiles in reasonable time as one fused part."""
+    window = math.prod(pool.kernel)
+    return window <= MAX_WINDOW and window * math.prod(conv.kernel) <= MAX_UNROLLED
 
 
 class ConvReluPool:
@@ -270,8 +277,7 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
     while i < len(layers):
         trio = layers[i:i + 3]
         if (len(trio) == 3 and isinstance(trio[0], Conv2D) and isinstance(trio[1], ReLU)
-                and isinstance(trio[2], MaxPool2D) and not need_dinp[i]
-                and (not cpu or math.prod(trio[2].kernel) <= MAX_WINDOW)):
+                and isinstance(trio[2], MaxPool2D) and not need_dinp[i] and fusable(trio[0], trio[2])):
             grad_from = None
             if cpu:
                 after = layers[i + 3:i + 5]

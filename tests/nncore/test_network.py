@@ -285,18 +285,27 @@ def test_fused_conv_relu_pool_matches_finite_differences(arch, rng, spec, fused)
     _check_against_finite_differences(net, rng.normal(size=(6, 2 * 9 * 11)), rng.integers(0, 5, size=6))
 
 
-@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
-def test_large_pooling_windows_run_unfused_on_the_cpu(arch, rng):
-    """The CPU's fused part unrolls each pooling window's conv values into registers, so windows of more than
-    16 positions (here 5 x 5) run as separate layers, which still match finite differences."""
-    spec = [{"type": "Conv2D", "out_channels": 3, "kernel_size": 2}, {"type": "ReLU"},
-            {"type": "MaxPool2D", "kernel_size": 5, "stride": 2}, {"type": "Flatten"},
-            {"type": "Linear", "out_features": 4}]
-    net = Sequential(spec, [2, 9, 8], "cross_entropy", seed=3)
+@pytest.mark.parametrize("spec,shape", [
+    ([{"type": "Conv2D", "out_channels": 3, "kernel_size": 2}, {"type": "ReLU"},
+      {"type": "MaxPool2D", "kernel_size": 5, "stride": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 4}],
+     [2, 9, 8]),  # a window of 25 positions
+    ([{"type": "Conv2D", "out_channels": 3, "kernel_size": [6, 7]}, {"type": "ReLU"},
+      {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 4}],
+     [1, 11, 12])])  # 42 taps in each of 4 window positions
+def test_large_windows_and_kernels_run_unfused(arch, rng, spec, shape):
+    """The fused part unrolls each pooling window's positions and their kernel taps at compile time, so windows
+    of more than 16 positions, or more than 144 positions x taps, run as separate layers (still matching finite
+    differences); one size smaller stays fused."""
+    from nncore import fusion
+
+    net = Sequential(spec, shape, "cross_entropy", seed=3)
     assert all(p.fused is None for p in net.parts)
-    four = Sequential([dict(spec[0]), spec[1], dict(spec[2], kernel_size=4)] + spec[3:], [2, 9, 8], "cross_entropy")
-    assert net.parts[0].fused is None and four.parts[0].fused is not None
-    _check_against_finite_differences(net, rng.normal(size=(5, 2 * 9 * 8)), rng.integers(0, 4, size=5))
+    conv, pool = net.layers[0], net.layers[2]
+    assert not fusion.fusable(conv, pool)
+    smaller = [dict(spec[0], kernel_size=[5, 7]) if pool.kernel == (2, 2) else spec[0], spec[1],
+               dict(spec[2], kernel_size=4) if pool.kernel != (2, 2) else spec[2]] + spec[3:]
+    assert Sequential(smaller, shape, "cross_entropy").parts[0].fused is not None
+    _check_against_finite_differences(net, rng.normal(size=(5, math.prod(shape))), rng.integers(0, 4, size=5))
 
 
 def _pooled(net, ws) -> np.ndarray:

@@ -20,7 +20,7 @@ from tests.tui.conftest import FakeHandle, FIXED_ARCHS, FIXED_DATASETS
 KEYS = (list("adspnxbrewq12345?80.,-zjk") + ["space", "enter", "escape", "tab", "shift+tab", "up", "down", "left",
         "right", "home", "end", "backspace", "delete", "pageup", "pagedown", "shift+up", "shift+down"] +
         [f"f{i}" for i in range(1, 10)] + ["f12", "ctrl+s", "ctrl+o", "ctrl+b", "ctrl+p", "ctrl+q"])
-EXAMPLES = int(os.environ.get("LAYERLAB_FUZZ_EXAMPLES", "1000"))  # (more for a longer hunt; CI keeps the default)
+EXAMPLES = int(os.environ.get("LAYERLAB_FUZZ_EXAMPLES", "600"))  # (more for a longer hunt; the default keeps CI short)
 
 
 class AppThread:
