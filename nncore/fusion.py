@@ -3,12 +3,13 @@
 A part is one layer, or a run of layers executed together. A Linear followed by ReLU, Sigmoid or Tanh runs as
 one part: on CUDA one kernel each way, which halves the launches of an MLP step; on the CPU the activation runs
 in the product's epilogue and its derivative in backward's staging (for Linears of 32 outputs or more, which
-stage their operands). Conv2D -> ReLU -> MaxPool2D, where the conv needs no input gradient (and its window and kernel
-are small enough to unroll, ``fusable``), runs as one fused part: the conv output is never written (one kernel computes each pooling window's conv values and keeps the
-ReLU'd winner), and backward sums the weight gradient over the winners only, on the CPU vectorised over
-channels, on CUDA over samples. Backward needs neither the ReLU nor the pooling layer's own kernels. On the CPU,
-where Flatten and a Linear follow the fused part, it writes its output channels-last (contiguous stores) and
-the Linear maps its input features to W's PyTorch columns (``Linear.cl_c``).
+stage their operands). Conv2D -> ReLU -> MaxPool2D, where the conv needs no input gradient and its window and
+kernel are small enough to unroll (``fusable``), runs as one fused part: the conv output is never written (one
+kernel computes each pooling window's conv values and keeps the ReLU'd winner), and backward sums the weight
+gradient over the winners only, on the CPU vectorised over channels, on CUDA over samples. Backward needs neither
+the ReLU nor the pooling layer's own kernels. On the CPU, where Flatten and a Linear follow the fused part, it
+writes its output channels-last (contiguous stores) and the Linear maps its input features to W's PyTorch
+columns (``Linear.cl_c``); for a narrow Linear, as 16-wide vectors the Linear reads as such (``Linear.pooled_in``).
 Per-layer timings are reported per part: a fused part is named after all of its layers.
 """
 from __future__ import annotations
