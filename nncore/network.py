@@ -134,10 +134,10 @@ def summarize(layers: list[Layer], batch: int = 1) -> list[dict]:
 
 
 def _buffer(dtype: str, shape: tuple):
-    """A scratch buffer: "f32", "i32", "v16", "vi16" or "vi8" (16-wide f32, i32 or i8 vectors, for the CPU's
-    vectorised kernels)."""
-    if dtype in ("v16", "vi16", "vi8"):
-        return ti.Vector.ndarray(16, {"v16": ti.f32, "vi16": ti.i32, "vi8": ti.i8}[dtype], shape=shape)
+    """A scratch buffer: "f32", "i32", "v16" or "vi8" (16-wide f32 or i8 vectors, for the CPU's vectorised
+    kernels)."""
+    if dtype in ("v16", "vi8"):
+        return ti.Vector.ndarray(16, ti.f32 if dtype == "v16" else ti.i8, shape=shape)
     return ti.ndarray({"f32": ti.f32, "i32": ti.i32}[dtype], shape=shape)
 
 
@@ -371,10 +371,10 @@ class Sequential:
     def workspace_bytes(self, batch: int) -> int:
         """An upper bound of what :meth:`workspace` allocates for ``batch``: every layer's output and input
         gradient (counted even where they are shared), labels and losses, and every part's scratch buffers as the
-        part declares them for the current backend (f32/i32 4 bytes, v16/vi16 64 bytes, vi8 16 bytes an element)."""
+        part declares them for the current backend (f32/i32 4 bytes, v16 64 bytes, vi8 16 bytes an element)."""
         per_sample = math.prod(self.input_shape) + sum(2 * math.prod(l.out_shape) + 2 * math.prod(l.in_shape)
                                                         for l in self.layers)
-        scratch = sum(math.prod(shape) * {"v16": 64, "vi16": 64, "vi8": 16}.get(dtype, 4)
+        scratch = sum(math.prod(shape) * {"v16": 64, "vi8": 16}.get(dtype, 4)
                       for part in self.parts
                       for dtype, shape in part.scratch_shapes(batch, self.need_dinp[part.first]).values())
         return 4 * batch * (per_sample + 8) + scratch
