@@ -270,7 +270,7 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
     parts, i, cpu = [], 0, on_cpu()
     for layer in layers:
         if isinstance(layer, Linear):
-            layer.cl_c, layer.pooled_in = 0, None
+            layer.cl_c, layer.pooled_in = 0, False
     if not fuse:
         return [Part(i, i, [layer]) for i, layer in enumerate(layers)]
     elsewhere = set()  # layers whose input gradient an earlier part computes
@@ -292,7 +292,7 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
                     elsewhere.add(i + 4)
                     grad_from = i + 5
                     pooled[i + 4] = i
-                    after[1].pooled_in = (math.prod(trio[2].out_shape[1:]), -(-trio[0].out_channels // K_cpu.L))
+                    after[1].pooled_in = True
                 fused = ConvReluPool(trio[0], trio[2], channels_last=cl, linear=after[1] if narrow else None)
             else:
                 fused = ConvReluPoolCUDA(trio[0], trio[2])

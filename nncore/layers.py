@@ -116,9 +116,9 @@ class Linear(Layer):
         # > 0: the CPU input arrives channels-last, (H, W, C) with C = cl_c, from a fused conv part; W keeps
         # PyTorch's (C, H, W) columns and the CPU kernels map between the two. Set by nncore.fusion.plan.
         self.cl_c = 0
-        # (PH*PW, OCB) where that input comes as the fused part's 16-wide vectors (a narrow Linear; see
+        # True where that input comes as the fused part's 16-wide vectors, (B, PH*PW, OCB) (a narrow Linear; see
         # nncore.fusion.ConvReluPool), read with W packed likewise (kernels.conv_cpu.linear_forward_pooled).
-        self.pooled_in = None
+        self.pooled_in = False
 
     def param_shapes(self):
         return {"weight": (self.out_features, self.in_features), "bias": (self.out_features,)}
@@ -179,7 +179,7 @@ class Linear(Layer):
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         assert not (panels_only and need_dinp)  # (the input gradient reads W from params)
         if self.pooled_in:  # (its input gradient: the fused part's, from dout)
-            kv = 2 if self.pooled_in[1] % 2 == 0 else 1  # channel blocks a task
+            kv = 2 if inp.shape[2] % 2 == 0 else 1  # channel blocks a task
             K_conv_cpu.linear_dweight_pooled(dparams, dout, inp, w_off, b_off, self.cl_c,
                                              K_conv_cpu.output_groups(self.out_features), kv)
         elif "wt" in scratch:

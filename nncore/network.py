@@ -153,7 +153,7 @@ class Workspace:
         size = lambda shape: int(math.prod(shape))  # noqa: E731
         n = len(net.layers)
         inner = {k for part in net.parts for k in range(part.first + 1, part.last + 1)}
-        special = {part.last + 1: part.out_buffer(batch) for part in net.parts if part.out_buffer(batch)}
+        special = {part.last + 1: buf for part in net.parts if (buf := part.out_buffer(batch))}
         self.acts: list = [ti.ndarray(ti.f32, shape=(batch, size(net.input_shape)))]
         for i, layer in enumerate(net.layers):
             if i + 1 in inner:
