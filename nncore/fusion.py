@@ -101,10 +101,6 @@ class Part:
 
 
 PARTIAL_BLOCKS = 8  # blocks of samples whose weight-gradient sums run in parallel, then add up
-# Vector accumulators the CPU conv kernels may keep per iteration when they compute several channel blocks at
-# once (conv_cpu.blocks_together): the forward's pooling windows (cnn64: 4 blocks x 4), the weight gradient's
-# taps and bias (cnn64: 2 blocks x 10); AVX-512 has 32 vector registers.
-FORWARD_ACCUMULATORS, DWEIGHT_ACCUMULATORS = 16, 20
 # The fused kernels unroll a pooling window's positions, and each position's kernel taps, at compile time: a
 # 12 x 12 window or an 11 x 11 kernel took minutes to compile, so beyond these bounds the layers run one by one.
 # (The CPU's winners, positions in their window, fit 8 bits.)
@@ -184,7 +180,7 @@ class ConvReluPool:
         K_cpu.conv_relu_pool_forward_cl(out, scratch["argmax"], scratch.get("xp", inp), scratch["wv"],
                                         *self._geometry(), 2 if self.linear is not None else self.channels_last,
                                         K_cpu.blocks_together(self.blocks, self.pool.kernel[0] * self.pool.kernel[1],
-                                                              FORWARD_ACCUMULATORS))
+                                                              K_cpu.budget()["forward"]))
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool) -> None:
         conv = self.conv
@@ -192,7 +188,7 @@ class ConvReluPool:
                                         scratch.get("xp", inp), *self._geometry(), self.channels_last,
                                         self.linear is not None,
                                         K_cpu.blocks_together(self.blocks, self.taps // self.conv.c + 1,
-                                                              DWEIGHT_ACCUMULATORS,
+                                                              K_cpu.budget()["dweight"],
                                                               scratch["part"].shape[0] * self.conv.c))
         K_cpu.dweight_reduce(dparams, scratch["part"], conv.offsets["weight"], conv.offsets["bias"],
                              conv.out_channels)

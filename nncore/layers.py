@@ -155,8 +155,9 @@ class Linear(Layer):
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if self.pooled_in:
             K_conv_cpu.pack_linear_weights(scratch["wc"], params, w_off, self.cl_c)
+            rows, most = K_conv_cpu.budget()["pooled_forward"]
             K_conv_cpu.linear_forward_pooled(out, inp, scratch["wc"], params, b_off,
-                                             K_conv_cpu.output_groups(self.out_features))
+                                             K_conv_cpu.output_groups(self.out_features, most), rows)
         elif "wt" in scratch:
             if "xp" in scratch:
                 K_gemm.stage_panels(scratch["xp"], inp, inp, 0)
@@ -179,9 +180,10 @@ class Linear(Layer):
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         assert not (panels_only and need_dinp)  # (the input gradient reads W from params)
         if self.pooled_in:  # (its input gradient: the fused part's, from dout)
-            kv = 2 if inp.shape[2] % 2 == 0 else 1  # channel blocks a task
+            kv, most = K_conv_cpu.budget()["pooled_dweight"]
+            kv = kv if inp.shape[2] % kv == 0 else 1  # channel blocks a task
             K_conv_cpu.linear_dweight_pooled(dparams, dout, inp, w_off, b_off, self.cl_c,
-                                             K_conv_cpu.output_groups(self.out_features), kv)
+                                             K_conv_cpu.output_groups(self.out_features, most), kv)
         elif "wt" in scratch:
             if need_dinp:
                 K_gemm.stage_panels(scratch["dp"], dout, out, kind)

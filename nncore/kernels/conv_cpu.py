@@ -72,6 +72,21 @@ def _pooled(oc, pos, n_oc, n_pos, cl_out: ti.template()):
     return i
 
 
+# AVX-512 has 32 vector registers of 16 floats; AVX2 has 16 of 8, so a 16-wide vector takes two. The kernels
+# size what they keep in registers by this: past the registers, accumulators spill (on AVX2 the AVX-512 sizes
+# ran the conv forward 1.5x and the pooled Linear's forward 2.3x slower). Read when a kernel is launched.
+WIDE = "avx512f" in runtime.cpu_flags()
+
+
+def budget() -> dict:
+    """What the kernels below keep in registers: the conv forward's and weight gradient's 16-wide accumulators
+    (``blocks_together``); the pooled Linear's forward (rows, outputs) and weight gradient (channel blocks,
+    outputs) a task, outputs at most (``output_groups``)."""
+    if WIDE:
+        return {"forward": 16, "dweight": 20, "pooled_forward": (2, 12), "pooled_dweight": (2, 12)}
+    return {"forward": 4, "dweight": 6, "pooled_forward": (3, 2), "pooled_dweight": (2, 2)}
+
+
 def blocks_together(n_ob: int, per_block: int, budget: int, tasks_per_block: int = 0) -> int:
     """How many 16-channel blocks of output channels one iteration of the fused conv kernels computes: 4 or 2
     where they divide ``n_ob`` and their ``per_block`` accumulators each stay within ``budget`` vector registers
@@ -240,35 +255,36 @@ def dweight_reduce(dparams: F1, part: VA3, w_off: ti.i32, b_off: ti.i32, n_oc: t
                     dparams[w_off + oc * taps + q] = acc[l]
 
 
-def output_groups(n_out: int) -> int:
+def output_groups(n_out: int, most: int) -> int:
     """Outputs per task in the pooled Linear's kernels: all of a narrow layer's, or an even share of them
-    within 12, so a task's accumulators (two rows or two channel blocks of them) stay in 24 vector registers."""
-    groups = -(-n_out // 12)
+    within ``most`` (``budget``), so a task's accumulators stay in registers."""
+    groups = -(-n_out // most)
     return -(-n_out // groups)
 
 
 @sized(lambda out, pv, *_: n_elems(out) * pv.shape[1] * pv.shape[2] * L // 20)
-def linear_forward_pooled(out: F2, pv: VA3, wc: VA3, params: F1, b_off: ti.i32, no: ti.template()):
+def linear_forward_pooled(out: F2, pv: VA3, wc: VA3, params: F1, b_off: ti.i32, no: ti.template(),
+                          nr: ti.template()):
     # out: (B, OUT) = pooled @ W^T + b, for the narrow Linear after a fused part (nncore.fusion)
     # pv: (B, PH*PW, OCB) the part's pooled output as vectors (cl_out 2)   wc: W (pack_linear_weights)
-    # no: outputs per task (output_groups)
-    # Vectorised along the pooled channels: for two rows and no outputs, vector products of pv and wc summed
+    # no, nr: outputs and rows per task (``budget``)
+    # Vectorised along the pooled channels: for nr rows and no outputs, vector products of pv and wc summed
     # lane by lane, then across the lanes (no lane idle, where vectors of outputs would leave 6 of 16 so).
     m_n, n_out = out.shape[0], out.shape[1]
     n_pos, n_ob = pv.shape[1], pv.shape[2]
-    mt, ng = (m_n + 1) // 2, (n_out + no - 1) // no
+    mt, ng = (m_n + nr - 1) // nr, (n_out + no - 1) // no
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * ng):
-        m0, o0 = t // ng * 2, t % ng * no
-        acc = [V(0.0) for _ in ti.static(range(2 * no))]
+        m0, o0 = t // ng * nr, t % ng * no
+        acc = [V(0.0) for _ in ti.static(range(nr * no))]
         for pos in range(n_pos):
             for ob in range(n_ob):
                 w = [wc[pos, ti.min(o0 + o, n_out - 1), ob] for o in ti.static(range(no))]
-                for i in ti.static(range(2)):
+                for i in ti.static(range(nr)):
                     x = pv[ti.min(m0 + i, m_n - 1), pos, ob]
                     for o in ti.static(range(no)):
                         vmadd(acc[i * no + o], x, w[o])
-        for i, o in ti.static(ti.ndrange(2, no)):
+        for i, o in ti.static(ti.ndrange(nr, no)):
             if m0 + i < m_n and o0 + o < n_out:
                 out[m0 + i, o0 + o] = acc[i * no + o].sum() + params[b_off + o0 + o]
 

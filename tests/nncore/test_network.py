@@ -326,8 +326,7 @@ def _winners(net, ws, fused: bool) -> np.ndarray:
     return np.where(out > 0, arg, -1)
 
 
-@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel", pytest.param("cuda", marks=pytest.mark.gpu)])
-@pytest.mark.parametrize("spec,shape", [
+ONE_BY_ONE = [
     (FUSED[2:], [2, 9, 11]),  # stride, padding, overlapping 3x3 windows of stride 2; 8 pooled outputs a channel
     ([{"type": "Conv2D", "out_channels": 7, "kernel_size": 3}, {"type": "ReLU"},
       {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 5}],
@@ -351,11 +350,29 @@ def _winners(net, ws, fused: bool) -> np.ndarray:
     ([{"type": "Conv2D", "out_channels": 7, "kernel_size": 3}, {"type": "ReLU"},
       {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 40},
       {"type": "ReLU"}, {"type": "Linear", "out_features": 3}],
-     [1, 12, 13])])  # a wide Linear after the part: staged, its input channels-last, its own input gradient
+     [1, 12, 13])]  # a wide Linear after the part: staged, its input channels-last, its own input gradient
+
+
+@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("spec,shape", ONE_BY_ONE)
 def test_fused_conv_relu_pool_equals_the_layers_one_by_one(arch, rng, spec, shape):
     """The fused part against Conv2D, ReLU and MaxPool2D run as separate layers (the fusion turned off), with
     a batch of 9 (one group of eight in the final sums and one left over): the same pooled output, the same
     winners, and weight and bias gradients equal to float32 rounding; twice the same bits."""
+    _fused_against_one_by_one(arch, rng, spec, shape)
+
+
+@pytest.mark.parametrize("spec,shape", ONE_BY_ONE)
+def test_fused_part_with_the_other_cpus_register_budget(rng, spec, shape, monkeypatch):
+    """The same on the CPU with the register budget of the other vector width (AVX-512's on an AVX2 machine
+    and the reverse: more or fewer channel blocks, rows and outputs a task), so both are checked anywhere."""
+    from nncore.kernels import conv_cpu
+
+    monkeypatch.setattr(conv_cpu, "WIDE", not conv_cpu.WIDE)
+    _fused_against_one_by_one("cpu-parallel", rng, spec, shape)
+
+
+def _fused_against_one_by_one(arch, rng, spec, shape):
     from nncore import fusion
 
     runtime.ensure(arch)
