@@ -73,8 +73,8 @@ def _pooled(oc, pos, n_oc, n_pos, cl_out: ti.template()):
 
 
 # AVX-512 has 32 vector registers of 16 floats; AVX2 has 16 of 8, so a 16-wide vector takes two. The kernels
-# size what they keep in registers by this: past the registers, accumulators spill (on AVX2 the AVX-512 sizes
-# ran the conv forward 1.5x and the pooled Linear's forward 2.3x slower). Read when a kernel is launched.
+# size what they keep in registers by this: past the registers, accumulators spill (AVX-512's sizes on AVX2:
+# docs/LOG.md, 2026-11-24). Read when a kernel is launched, so tests can flip it.
 WIDE = "avx512f" in runtime.cpu_flags()
 
 
