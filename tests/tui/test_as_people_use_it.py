@@ -60,6 +60,24 @@ async def test_idx_directory_choices_keep_the_app_up(fixed_env, fake_runs, tmp_p
         assert app.is_running and len(app.runs) == 1
 
 
+async def test_a_path_typed_right_after_choosing_idx_goes_into_the_path(fixed_env, fake_runs, tmp_path):
+    """Having chosen "IDX dir or CSV file…" from the list, a person types the path at once: it lands in the
+    path field, not as shortcut keys (``b`` used to switch the backend, ``s`` to start a run)."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        arch = app.query_one("#settings-pane")._arch
+        await pilot.press("2")
+        await pilot.press("enter")
+        await pilot.press("end", "enter")
+        await wait_for(pilot, lambda: app.query_one("#dataset", Select).value == "idx")
+        await pilot.pause()
+        typed = str(tmp_path / "bs")
+        await type_keys(pilot, list(typed))
+        await pilot.pause()
+        assert app.query_one("#path", Input).value == typed
+        assert app.query_one("#settings-pane")._arch == arch and app.handle is None and not fake_runs
+
+
 @pytest.mark.parametrize("text,opens", [(NO_DATA, True), (RMSPROP, False), (INTS, False)])
 async def test_configs_open_as_the_cli_decides(fixed_env, tmp_path, capsys, text, opens):
     """A config `layerlab train` accepts opens (through ctrl+o and as `layerlab tui FILE`); one it refuses is

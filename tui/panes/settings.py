@@ -279,6 +279,13 @@ class SettingsPane(Guarded, VerticalScroll):
     def _changed(self) -> None:
         self.validate()
 
+    @on(Select.Changed, "#dataset")
+    def _path_next(self, event: Select.Changed) -> None:
+        """Choosing "IDX dir or CSV file…" in the list moves the focus to the path, so what is typed next is the
+        path (on the list, letters would be the app's shortcut keys). A config that sets it moves nothing."""
+        if event.value == IDX_DIR and event.select.has_focus_within:
+            self.call_after_refresh(self.query_one("#path", Input).focus)
+
     @on(RadioSet.Changed)
     def _arch_changed(self, event: RadioSet.Changed) -> None:
         self._arch = event.pressed.name
