@@ -241,15 +241,21 @@ class DatasetInfo:
 
 
 def _idx_dims(path: Path) -> tuple[int, ...]:
-    """The dimensions an IDX file's header declares (its first 16 bytes at most)."""
+    """The dimensions an IDX file's header declares (its first 16 bytes at most); an uncompressed file's size
+    is checked against them too, as read_idx would (a .gz file's body is checked only when it is read)."""
     regular_file(path, "IDX file")
     try:
         with _open(path) as fh:
             head = fh.read(16)
+        size = path.stat().st_size
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise DataError(f"{path}: cannot read ({exc})") from None
     dims = _header(path, head)
-    _check_dims(path, dims)
+    need = 4 + 4 * len(dims) + _check_dims(path, dims)
+    if path.suffix != ".gz" and size < need:
+        raise DataError(f"{path}: truncated ({size} bytes, the header promises {need})")
+    if path.suffix != ".gz" and size > need:
+        raise DataError(f"{path}: bytes after the data the header describes")
     return dims
 
 
@@ -278,7 +284,8 @@ def describe(name: str | None = None, directory=None, *, samples: int = 1000, no
     CSV file (``is_table``) is loaded to find its width and classes (kept, so loading it next costs nothing).
 
     Raises the same DataError or ConfigError that loading it would for a missing directory, a missing file,
-    an unknown name or a bad synthetic size; an IDX file whose body is damaged is found only when loaded."""
+    an unknown name or a bad synthetic size, or an uncompressed IDX file whose size is not what its header says;
+    a damaged body inside a .gz file is found only when loaded."""
     if is_table(directory):
         ds = _csv(directory, test_ratio, seed, limit, csv)
         return DatasetInfo(ds.name, ds.input_shape, ds.n_classes, tuple(ds.meta["notes"]))

@@ -92,6 +92,24 @@ def test_bad_idx_files_raise_data_error_naming_the_file(tmp_path, how):
     assert needle in str(err.value)
 
 
+@pytest.mark.parametrize("how", ["missing", "magic", "truncated", "trailing", "dtype", "gzip"])
+def test_describe_refuses_what_load_would_from_headers_and_sizes(tmp_path, how):
+    """describe() (what the app checks as a path is typed) reads no body, yet refuses a short or long
+    uncompressed file as load() does, with the same message naming the file."""
+    if how == "trailing":
+        make_idx_dir(tmp_path, gz=False)
+        img = tmp_path / "t10k-images-idx3-ubyte"
+        img.write_bytes(img.read_bytes() + b"\0")
+        needle = "t10k-images-idx3-ubyte: bytes after the data the header describes"
+    else:
+        needle = _corrupt(tmp_path, how)
+    with pytest.raises(DataError) as loaded:
+        data.load(directory=tmp_path)
+    with pytest.raises(DataError) as described:
+        data.describe(directory=tmp_path)
+    assert needle in str(loaded.value) and str(described.value) == str(loaded.value)
+
+
 def test_missing_directory(tmp_path):
     with pytest.raises(DataError, match="none: no such file or directory"):
         data.load(directory=tmp_path / "none")
