@@ -196,7 +196,12 @@ def check_run(cfg: RunConfig):
     d = cfg.data
     info = describe(cfg.dataset_name(), d["path"], samples=d["samples"], noise=d["noise"], test_ratio=d["test_ratio"],
                     seed=cfg.train["seed"], limit=d["limit"], csv={k: d[k] for k in CSV_FIELDS})
-    fit_model(cfg.model, info)
+    try:
+        fit_model(cfg.model, info)
+    except ConfigError as exc:  # a network read from a file: its error names the file too
+        if Path(cfg.source).is_file() and not str(exc).startswith(cfg.source):
+            raise ConfigError(f"{cfg.source}: {exc}", exc.layer, exc.field, exc.about_data) from None
+        raise
     return info
 
 

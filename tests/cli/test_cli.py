@@ -88,6 +88,17 @@ def test_bad_config_or_arguments_exit_2(tmp_path, config, args, needle):
     one_line_error(proc, needle)
 
 
+@pytest.mark.parametrize("layers,needle", [
+    ('[{type = "Dense", out_features = 1}]', "layer 0: unknown type 'Dense'"),
+    ('[{type = "Linear", out_features = -8}]', "layer 0 (Linear): out_features -8 must be >= 1"),
+    ('"x"', "layers must be a non-empty list of layer tables")])
+def test_a_bad_network_in_a_file_names_the_file_and_the_layer(tmp_path, layers, needle):
+    path = write(tmp_path, f'[model]\ninput = [2]\nloss = "bce"\nlayers = {layers}\n')
+    proc = layerlab("train", path)
+    assert proc.returncode == 2
+    one_line_error(proc, f"{path}: {needle}")
+
+
 def test_missing_config_exits_2(tmp_path):
     proc = layerlab("train", tmp_path / "nope.toml")
     assert proc.returncode == 2
