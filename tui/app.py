@@ -272,10 +272,13 @@ class LayerlabApp(GuardedApp):
             return "a run is going on"
         if self.sweeper is not None:
             return "a sweep is running; start training when it is done"
+        # (the panes are queried, not assumed: a pane's message can arrive while the app is closing, after them)
         if not self.settings_ok:
-            return f"a setting is invalid: {self.query_one(SettingsPane).error}"
+            pane = next(iter(self.query(SettingsPane)), None)
+            return f"a setting is invalid: {pane.error if pane else 'see the Data & training view'}"
         if not self.model_ok:
-            return f"the network cannot train: {self.query_one(ModelPane).problem() or 'see the Model view'}"
+            pane = next(iter(self.query(ModelPane)), None)
+            return f"the network cannot train: {(pane.problem() if pane else None) or 'see the Model view'}"
         return None
 
     def action_start(self) -> None:
