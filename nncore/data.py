@@ -168,6 +168,14 @@ def _check_dims(path: Path, dims: tuple[int, ...]) -> int:
     return body
 
 
+def _check_length(path: Path, have: int, need: int) -> None:
+    """An IDX file of ``have`` bytes (at least) whose header promises ``need``: DataError naming it unless equal."""
+    if have < need:
+        raise DataError(f"{path}: truncated ({have} bytes, the header promises {need})")
+    if have > need:
+        raise DataError(f"{path}: bytes after the data the header describes")
+
+
 def read_idx(path) -> np.ndarray:
     """One IDX file (raw or .gz) of unsigned bytes: images (N, H, W) or labels (N,). The header is checked
     before the body is read, so a file (or a gzip bomb) declaring more than fits is refused unread."""
@@ -186,11 +194,7 @@ def read_idx(path) -> np.ndarray:
         raise DataError(f"{path}: no such file") from None
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise DataError(f"{path}: cannot read ({exc})") from None
-    need = 4 + 4 * ndim + body
-    if len(raw) < body:
-        raise DataError(f"{path}: truncated ({len(head) + len(raw)} bytes, the header promises {need})")
-    if extra:
-        raise DataError(f"{path}: bytes after the data the header describes")
+    _check_length(path, len(head) + len(raw) + extra, 4 + 4 * ndim + body)
     return np.frombuffer(raw, np.uint8).reshape(dims)
 
 
@@ -252,10 +256,8 @@ def _idx_dims(path: Path) -> tuple[int, ...]:
         raise DataError(f"{path}: cannot read ({exc})") from None
     dims = _header(path, head)
     need = 4 + 4 * len(dims) + _check_dims(path, dims)
-    if path.suffix != ".gz" and size < need:
-        raise DataError(f"{path}: truncated ({size} bytes, the header promises {need})")
-    if path.suffix != ".gz" and size > need:
-        raise DataError(f"{path}: bytes after the data the header describes")
+    if path.suffix != ".gz":
+        _check_length(path, size, need)
     return dims
 
 

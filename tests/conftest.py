@@ -21,13 +21,7 @@ if os.environ.get("CI"):
 _CUDA = {s.name: s for s in runtime.available_archs()}["cuda"]
 
 
-# The longest single test file runs first: with pytest-xdist's --dist loadfile (the README's command) the other
-# workers take the rest meanwhile, instead of waiting for it at the end.
-FIRST = "tests/tui/test_fuzz_keys.py"
-
-
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: not item.nodeid.startswith(FIRST))  # (stable: the rest keep their order)
     if _CUDA.available:
         return
     skip = pytest.mark.skip(reason=f"no working CUDA backend here: {_CUDA.reason}")

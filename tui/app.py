@@ -274,10 +274,10 @@ class LayerlabApp(GuardedApp):
             return "a sweep is running; start training when it is done"
         # (the panes are queried, not assumed: a pane's message can arrive while the app is closing, after them)
         if not self.settings_ok:
-            pane = next(iter(self.query(SettingsPane)), None)
+            pane = self.query_one_optional(SettingsPane)
             return f"a setting is invalid: {pane.error if pane else 'see the Data & training view'}"
         if not self.model_ok:
-            pane = next(iter(self.query(ModelPane)), None)
+            pane = self.query_one_optional(ModelPane)
             return f"the network cannot train: {(pane.problem() if pane else None) or 'see the Model view'}"
         return None
 
