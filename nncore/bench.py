@@ -10,6 +10,7 @@ alternated with layerlab's; the ratio is ours / PyTorch's median.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,6 +30,10 @@ WORKLOADS = {  # name -> (config, overrides of the first Conv2D)
     "cnn32": ("cnn", 32), "cnn64": ("cnn", 64), "cnn256": ("cnn", 256),
 }
 POOL = 4096  # samples resident on the device; batches cycle through them
+# Seconds of quiet before each timed round, ours and the peer's: PyTorch's OpenMP threads keep spinning on
+# every core for a while after its round, and a round started in that time shares the cores with them
+# (net-1h at batch 64 on cpu-parallel ran 26% slower right after a peer round; docs/LOG.md, 2026-11-26).
+QUIET_S = float(os.environ.get("LAYERLAB_BENCH_QUIET_S", "0.05"))
 
 
 @dataclass
@@ -124,12 +129,14 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
         peer.setup(ctx, batch, warmup)
     rates, theirs = [], []
     for _ in range(repeats):
+        if peer is not None:
+            time.sleep(QUIET_S)
         t0 = time.perf_counter()
         run(steps)
         runtime.sync()
         rates.append(steps * batch / (time.perf_counter() - t0))
         if peer is not None:
-            theirs.append(peer.round(steps))  # {mode: samples/s}
+            theirs.append(peer.round(steps, QUIET_S))  # {mode: samples/s}
     rate = statistics.median(rates)
     ms = 1e3 * batch / rate
     layers = _breakdown(net, ws, opt, xs, ys, order, reps=max(3, min(steps, 10)))

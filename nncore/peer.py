@@ -77,10 +77,11 @@ class TorchPeer:
         run ``warmup`` steps (at least one; more where a mode needs them to capture or compile) untimed."""
         self.call("setup", {**ctx, "batch": batch, "warmup": warmup})
 
-    def round(self, steps: int) -> dict[str, float]:
+    def round(self, steps: int, quiet_s: float = 0.0) -> dict[str, float]:
         """Samples/s of ``steps`` timed training steps in each mode, one mode after the other, on the batches
-        of layerlab's rounds (from the first)."""
-        return self.call("round", steps)
+        of layerlab's rounds (from the first), each after ``quiet_s`` seconds of sleep (so that whatever the
+        caller ran has gone idle)."""
+        return self.call("round", (steps, quiet_s))
 
     def info(self) -> dict:
         """What the peer process holds: pid, whether Taichi is imported, its threads and their CPUs."""
@@ -214,12 +215,14 @@ class _Worker:
         for i in range(n):
             runner.step(self.starts[i % len(self.starts)])  # every round on the same batches as layerlab's
 
-    def round(self, steps: int) -> dict[str, float]:
+    def round(self, p) -> dict[str, float]:
         if not self.runners:
             raise RuntimeError("round before setup: no network")
+        steps, quiet_s = p if isinstance(p, tuple) else (p, 0.0)
         rates = {}
         for mode, runner in self.runners.items():
             self.sync()
+            time.sleep(quiet_s)
             t0 = time.perf_counter()
             self._run(runner, steps)
             self.sync()

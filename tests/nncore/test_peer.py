@@ -109,3 +109,35 @@ def test_torch_mode_is_checked_before_anything_runs(capsys):
     assert "--torch-mode: unknown 'graf'; choose from eager, graph, compile" in capsys.readouterr().err
     assert main(["bench", "--arch", "cpu-serial", "--torch-mode", "graph", "--no-store"]) == 2
     assert "needs --arch cuda" in capsys.readouterr().err
+
+
+def _on_cpu_ns(pid: int) -> int:
+    """Nanoseconds the process's threads have run on a CPU (the kernel's schedstat), all threads summed."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return total
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/schedstat") or runtime.cpu_count() < 2,
+                    reason="needs Linux's per-thread schedstat and two cores (PyTorch's pool spins on a second)")
+def test_the_peer_is_idle_when_our_rounds_start():
+    """After a round on two threads PyTorch's OpenMP workers spin for milliseconds; bench waits QUIET_S before
+    timing its own round, by which time the peer must use no CPU (else the two share the cores)."""
+    import time
+
+    with bench.torch_peer("cpu-parallel", 2) as peer:
+        bench.bench_layerlab("net-1h", "cpu-parallel", 64, 2, 1, 1, peer=peer)
+        pid = peer.info()["pid"]
+        busy = []
+        for _ in range(3):
+            peer.round(20)
+            time.sleep(bench.QUIET_S)
+            t0, c0 = time.perf_counter(), _on_cpu_ns(pid)
+            time.sleep(0.02)
+            busy.append((_on_cpu_ns(pid) - c0) / ((time.perf_counter() - t0) * 1e9))
+    assert max(busy) < 0.05, f"the peer used {max(busy):.0%} of a CPU after the quiet time"
