@@ -762,3 +762,22 @@ async def test_the_samples_chart_keeps_its_curves_below_its_legend(fixed_env, si
             row = next(line for line in lines if f" {label} " in f"{line} ")
             after = row.split(f" {label}", 1)[1].rstrip().rstrip("│┤")
             assert not after.strip(), f"a curve crosses the legend's {label!r} row: {row!r}"
+
+
+async def test_an_emptied_settings_field_shows_the_value_a_run_gets(fixed_env):
+    """Each number field left empty names, in grey, the value the run's checked config then holds."""
+    from nncore.config import RunConfig
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("2")
+        pane = app.query_one("#settings-pane")
+        for key in ("samples", "noise", "test_ratio", "val_ratio", "lr", "momentum", "batch_size", "epochs", "seed"):
+            app.query_one(f"#{key}", Input).value = ""
+        await pilot.pause()
+        data, train = pane.values()
+        cfg = RunConfig({}, data, train, source="test")
+        for key in ("samples", "noise", "test_ratio", "val_ratio"):
+            assert app.query_one(f"#{key}", Input).placeholder == f"default {cfg.data[key]:g}", key
+        for key in ("lr", "momentum", "batch_size", "epochs", "seed"):
+            assert app.query_one(f"#{key}", Input).placeholder == f"default {cfg.train[key]:g}", key

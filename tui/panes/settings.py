@@ -37,6 +37,11 @@ HINTS = {"threads": "all cores", "ranks": "1", "path": "IDX dir or CSV file",
 LABELS = {"ranks": "MPI ranks", "path": "path", "label": "label column"}
 
 
+def _hint(key: str, table: dict) -> str:
+    """What an emptied field stands for: its own hint, or the default value a run then gets."""
+    return HINTS.get(key) or f"default {table[key][0]:g}"
+
+
 def _number(text: str, kind: type, section: str, key: str):
     """A typed number; ASCII digits only (``int("５")`` would take a full-width 5)."""
     try:
@@ -77,13 +82,13 @@ class SettingsPane(Guarded, VerticalScroll):
             yield Input(id="label", placeholder=HINTS["label"], compact=True, disabled=True)
             for key in ("samples", "noise", "test_ratio", "val_ratio"):
                 yield Label(key.replace("_", " "))
-                yield Input(id=key, compact=True)
+                yield Input(id=key, compact=True, placeholder=_hint(key, DATA_FIELDS))
             yield Label("optimizer")
             yield Select([("sgd", "sgd"), ("adam", "adam")], id="optimizer", allow_blank=False, value="sgd",
                          compact=True, type_to_search=False)
             for key in ("lr", "momentum", "batch_size", "epochs", "seed", "threads", "ranks"):
                 yield Label(LABELS.get(key, key.replace("_", " ")))
-                yield Input(id=key, compact=True, placeholder=HINTS.get(key, "default"))
+                yield Input(id=key, compact=True, placeholder=_hint(key, TRAIN_FIELDS))
         yield Label("backend", id="backend-label")
         with RadioSet(id="backend", compact=True):
             for s in self.archs:
