@@ -58,14 +58,16 @@ TRAIN_KEYS = [
     Key("t", None, "toggle_parts", "Parts", "a short terminal: the per-part timing table in place of the charts, and "
         "back", where="Train"),
 ]
+# Rerun, delete and export stay out of the footer: the line under the runs table names them (with mark), and the
+# footer with them and a run's controls was wider than 80 columns, which cut off Quit.
 RUNS_KEYS = [
     Key("space", None, "app.toggle_mark", "Mark", "mark or unmark the selected run: marked runs' curves are overlaid",
         where="Runs"),
-    Key("r", None, "app.rerun", "Rerun", "rerun the selected run on the next backend", where="Runs"),
+    Key("r", None, "app.rerun", "Rerun", "rerun the selected run on the next backend", show=False, where="Runs"),
     Key("d", None, "app.delete_runs", "Delete", "delete the marked runs, or the selected one, from the run store "
-        "(asks first)", where="Runs"),
+        "(asks first)", show=False, where="Runs"),
     Key("e", None, "app.export", "Export", "export the marked runs (or all) as CSV or JSON (asks where)",
-        where="Runs"),
+        show=False, where="Runs"),
 ]
 ANALYSIS_KEYS = [
     Key("w", None, "app.sweep", "Sweep", "run a scaling sweep of the network in the editor (enter in a field does "

@@ -310,3 +310,33 @@ async def test_the_table_fits_80_columns_and_shows_every_column_at_140(fixed_env
         await pilot.resize_terminal(80, 24)  # and narrow again
         await pilot.pause()
         assert table.max_scroll_x == 0 and "started" not in header() and app.query_one("#runs-detail").display
+
+
+async def test_the_footer_keeps_quit_in_view_at_80_columns_during_a_run(fixed_env, fake_runs, monkeypatch):
+    """At 80 columns the Runs view's footer during a run ("space Mark r Rerun d Delete e Export p Pause x Stop
+    b Backend ? Help ^q") was cut before Quit. Rerun, delete and export are named on the line under the table
+    (and in help), so the footer leaves them out: Quit shows running and paused, and the palette key too."""
+    from tests.tui.conftest import FakeHandle
+
+    monkeypatch.setattr(FakeHandle, "per_poll", 0)  # a run that goes on until the test ends
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        cfg = app._run_config()
+        record(app.store, scripted_run(), cfg)
+        app._show_runs()
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.handle is not None)
+        await pilot.press("4")
+        await pilot.pause()
+        footer = lambda: screen_text(app).splitlines()[-1]  # noqa: E731
+        hint = str(app.query_one("#runs-hint").render())
+        assert "r: rerun" in hint and "d: delete" in hint and "e: export" in hint
+        for state in ("running", "paused"):
+            if state == "paused":
+                await pilot.press("p")
+                await wait_for(pilot, lambda: app.paused)
+                await pilot.pause()
+                assert "p Resume" in footer() and "n Step" in footer()
+            line = footer()
+            assert "x Stop" in line and "space Mark" in line, line
+            assert line.rstrip().endswith("^p palette") and "^q Quit" in line, f"{state}: {line!r}"
