@@ -152,7 +152,7 @@ class LayerlabApp(GuardedApp):
         if name == EMPTY:  # named as a new document is: the title and a save's file name are "untitled"
             self.draft = Draft([], [2], "bce")
             self.query_one(ModelPane).load_draft(self.draft, EMPTY)
-            self._show_title()
+            self._opened()
             return True
         try:
             cfg = load_config(name)
@@ -173,8 +173,15 @@ class LayerlabApp(GuardedApp):
         self.query_one(ModelPane).load_draft(self.draft, self.draft.name if self.draft.name in preset_configs()
                                              else None)
         self.query_one(SettingsPane).load({**cfg.data, "dataset": cfg.dataset_name()}, cfg.train)
-        self._show_title()
+        self._opened()
         return True
+
+    def _opened(self) -> None:
+        """Another network is in the editor: the Train view no longer shows the last run's results, which were
+        another network's (the Runs view keeps them). A run still going keeps the view: it shows that run."""
+        if self.handle is None:
+            self.query_one(TrainPane).reset()
+        self._show_title()
 
     def _show_title(self) -> None:
         """The header names the network in the editor, or while a run lasts the network it trains: a rerun from

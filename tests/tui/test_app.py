@@ -781,3 +781,59 @@ async def test_an_emptied_settings_field_shows_the_value_a_run_gets(fixed_env):
             assert app.query_one(f"#{key}", Input).placeholder == f"default {cfg.data[key]:g}", key
         for key in ("lr", "momentum", "batch_size", "epochs", "seed"):
             assert app.query_one(f"#{key}", Input).placeholder == f"default {cfg.train[key]:g}", key
+
+
+def _train_view_results(app) -> dict:
+    """What the Train view shows of a run's results."""
+    return {"loss": app.query_one("#train-loss", Chart).series, "acc": app.query_one("#train-acc", Chart).series,
+            "accuracy": str(app.query_one("#accuracy").render()), "timings": app.query_one(TimingBars).timings,
+            "boundary": app.query_one("#boundary").grid, "progress": str(app.query_one("#progress-label").render())}
+
+
+async def test_opening_another_network_clears_the_last_runs_results(fixed_env, fake_runs):
+    """After a quadrant run, ctrl+o cnn left the Train view showing quadrant's curves, accuracy, timing bars and
+    decision boundary under the cnn title until the next start: the view now starts blank for the network
+    opened, as when the app opens."""
+    from tests.tui.conftest import screen_text
+    from tui.screens.path import PathScreen
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("s")
+        await wait_for(pilot, lambda: fake_runs and app.handle is None)
+        await pilot.pause()
+        shown = _train_view_results(app)
+        assert shown["loss"] and shown["acc"] and shown["timings"] and shown["boundary"] is not None
+        assert "test acc 0.9700" in shown["accuracy"] and "finished" in shown["progress"]
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, PathScreen))
+        app.screen.query_one("#path-input", Input).value = "cnn"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.draft.name == "cnn" and not isinstance(app.screen, PathScreen))
+        await pilot.pause()
+        shown = _train_view_results(app)
+        assert not shown["loss"] and not shown["acc"] and not shown["timings"] and shown["boundary"] is None
+        assert "0.9700" not in shown["accuracy"] and not shown["progress"].strip()
+        text = screen_text(app)
+        assert "layerlab — cnn" in text and "0.9700" not in text and "finished" not in text
+
+
+async def test_opening_another_network_during_a_run_keeps_the_runs_view(fixed_env, fake_runs, monkeypatch):
+    """While a run goes on, the Train view is the run's (the header names its network beside the one edited):
+    opening another network leaves it alone."""
+    from tests.tui.conftest import FakeHandle
+
+    monkeypatch.setattr(FakeHandle, "per_poll", 0)  # the test feeds the run's events itself
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.handle is not None)
+        for msg in scripted_run()[:-1]:
+            app._run_message({**msg, "config": fake_runs[-1]} if msg["event"] == "run_started" else msg)
+        await pilot.pause()
+        before = _train_view_results(app)
+        assert before["loss"] and before["timings"]
+        assert app.open_config("cnn")
+        await pilot.pause()
+        assert app.handle is not None and _train_view_results(app) == before
+        assert "quadrant (training" in app.sub_title and "editing cnn" in app.sub_title
