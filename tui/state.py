@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from nncore.config import fit_model
 from nncore.errors import ConfigError
 from nncore.layers import LAYER_TYPES
+from nncore.limits import INT32_MAX
 from nncore.losses import canonical
 from nncore.network import build_layers, check_spec, summarize
 from nncore.store import mean_epoch_s, mean_rate
@@ -56,6 +57,21 @@ _SHAPE = re.compile(r"\s*[\[(]?\s*[0-9]+(?:\s*[x,]\s*[0-9]+)*\s*[\])]?\s*")
 _PAIR = re.compile(r"[\[(]?\s*([0-9]+)\s*(?:[x,]|\s)\s*([0-9]+)\s*[\])]?")
 
 
+def _in_range(param: Param, digits: str) -> int:
+    """A number typed for ``param`` (ASCII digits) within the parameter's own range, whatever the network: at
+    least 1 (0 for padding), at most what the kernels' 32-bit integers hold (nncore's layers refuse the same).
+    Refused here, the field is marked and the layer keeps its last good value; the network's check would mark
+    the whole layer instead, and no layer from it on would show its shapes."""
+    low = 0 if param.name == "padding" else 1
+    digits = digits.lstrip("0") or "0"
+    if len(digits) > len(str(INT32_MAX)) or int(digits) > INT32_MAX:  # (no int() of 5000 digits: Python refuses)
+        shown = digits if len(digits) <= 15 else f"{digits[:12]}…"  # the reason stays one line
+        raise ValueError(f"{param.name} {shown} must be at most {INT32_MAX}")
+    if int(digits) < low:
+        raise ValueError(f"{param.name} {digits} must be >= {low}")
+    return int(digits)
+
+
 def parse_param(param: Param, text: str):
     """The value typed for ``param``: None for an empty field (the default); ValueError saying what is wrong."""
     text = text.strip()
@@ -66,10 +82,10 @@ def parse_param(param: Param, text: str):
             raise ValueError(f"init {text!r} must be one of {', '.join(INITS)}")
         return text
     if _INT.fullmatch(text):
-        return int(text)
+        return _in_range(param, text)
     pair = _PAIR.fullmatch(text) if param.kind == "pair" else None
     if pair:
-        return [int(pair[1]), int(pair[2])]
+        return [_in_range(param, pair[1]), _in_range(param, pair[2])]
     if re.fullmatch(r"-[0-9]+", text):  # a whole number, but below every parameter's minimum
         raise ValueError(f"{param.name} {text} must be >= {0 if param.name == 'padding' else 1}")
     shape = "an integer or a pair like 3x2" if param.kind == "pair" else "a whole number"

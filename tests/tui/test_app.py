@@ -837,3 +837,41 @@ async def test_opening_another_network_during_a_run_keeps_the_runs_view(fixed_en
         await pilot.pause()
         assert app.handle is not None and _train_view_results(app) == before
         assert "quadrant (training" in app.sub_title and "editing cnn" in app.sub_title
+
+
+@pytest.mark.parametrize("typed,reason", [
+    ("paste 999999999999", "layer 0 (Linear): out_features 999999999999 must be at most 2147483647"),
+    ("0", "layer 0 (Linear): out_features 0 must be >= 1")])
+async def test_an_out_of_range_parameter_is_marked_and_the_shapes_stay(fixed_env, typed, reason):
+    """out_features 999999999999 (or 0) for a Linear layer went into the network, whose check then failed at
+    layer 0 and blanked every layer's shapes ("✗ invalid", then "—"); the value is out of the parameter's own
+    range whatever the network, so it is refused where it is typed, as abc or -1 are: the field marked, the reason
+    on one line at 80 columns, and the layer keeping 16 with the table's shapes. (Typed a digit at a time, the
+    layer keeps 999999999, the last value that parsed.)"""
+    from textual import events
+
+    from tests.tui.conftest import screen_text
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one("#layers", DataTable)
+        shapes = [[str(c) for c in table.get_row_at(i)][3:] for i in range(table.row_count)]
+        table.focus()
+        await pilot.press("enter")  # edits the first layer: its out_features
+        await pilot.press("backspace", "backspace")
+        field = param(app, "out_features")
+        if typed.startswith("paste "):
+            typed = typed.split()[1]
+            field.post_message(events.Paste(typed))
+        else:
+            await pilot.press(*typed)
+        await wait_for(pilot, lambda: field.value == typed and "✗" in str(app.query_one("#model-status").render()))
+        await pilot.pause()
+        assert field.has_class("error") and app.draft.layers[0]["out_features"] == 16
+        assert [[str(c) for c in table.get_row_at(i)][3:] for i in range(table.row_count)] == shapes
+        assert str(table.get_row_at(0)[0]).startswith("✗")
+        lines = [line.strip() for line in screen_text(app).splitlines()]
+        at = next(i for i, line in enumerate(lines) if line.startswith("✗ layer 0"))
+        assert lines[at] == f"✗ {reason}"  # the whole reason, on one line: the next is blank or the footer
+        assert lines[at + 1] == "" or at + 1 == len(lines) - 1
+        await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)

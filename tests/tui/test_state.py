@@ -40,6 +40,30 @@ def test_parse_param_refuses(kind, text):
         parse_param(p, text)
 
 
+@pytest.mark.parametrize("name,text,reason", [
+    ("out_channels", "999999999999", "out_channels 999999999999 must be at most 2147483647"),
+    ("out_channels", "2147483648", "out_channels 2147483648 must be at most 2147483647"),
+    ("out_channels", "0", "out_channels 0 must be >= 1"), ("out_channels", "000", "out_channels 0 must be >= 1"),
+    ("kernel_size", "3x99999999999", "kernel_size 99999999999 must be at most 2147483647"),
+    ("kernel_size", "0x2", "kernel_size 0 must be >= 1"),
+    pytest.param("in_channels", "9" * 5000, "in_channels 999999999999… must be at most 2147483647",
+                 id="5000 digits, past what int() converts")])
+def test_parse_param_refuses_what_is_out_of_the_parameters_own_range(name, text, reason):
+    """A number no network could take (beyond the kernels' 32-bit integers, below the minimum) is refused where it
+    is typed, with a one-line reason, so the layer keeps its last good value and the table its shapes."""
+    p = next(p for p in layer_params("Conv2D") if p.name == name)
+    with pytest.raises(ValueError) as exc:
+        parse_param(p, text)
+    assert str(exc.value) == reason
+
+
+def test_parse_param_takes_the_ends_of_each_range():
+    conv = {p.name: p for p in layer_params("Conv2D")}
+    assert parse_param(conv["out_channels"], "2147483647") == 2147483647
+    assert parse_param(conv["padding"], "0") == 0 and parse_param(conv["padding"], "0x1") == [0, 1]
+    assert parse_param(conv["stride"], "1x2147483647") == [1, 2147483647]
+
+
 def test_parse_shape():
     assert parse_shape("1,28,28") == parse_shape("1x28x28") == parse_shape("[1, 28, 28]") == [1, 28, 28]
     assert parse_shape(" 2 ") == [2] and parse_shape("") is None

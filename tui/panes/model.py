@@ -1,10 +1,11 @@
 """The network editor: preset, input shape and loss, the layer table, and one field per parameter of the
 selected layer.
 
-Typed text is never rewritten: a field that does not parse (or a required one left empty) is marked, the layer
-keeps its last good value and training stays disabled until it parses. Each field belongs to one layer (the
-layer's dict itself, not a row number), so an edit can only ever change the layer it was typed for. The
-network is checked against the dataset chosen in the Data & training view as well, as a run would check it.
+Typed text is never rewritten: a field that does not parse, is out of its parameter's own range or is required and
+left empty is marked, the layer keeps its last good value and training stays disabled until it parses. Each field
+belongs to one layer (the layer's dict itself, not a row number), so an edit can only ever change the layer it was
+typed for. The network is checked against the dataset chosen in the Data & training view as well, as a run would
+check it.
 """
 from __future__ import annotations
 

@@ -22,10 +22,10 @@ are. **Escape** leaves a text field.
 {key_table_markdown()}
 
 **Model view.** Pick a layer in the table (Enter edits it) and change its type and parameters in the fields
-below it; an empty field means the default shown in grey. A value that does not parse is marked where it is
-typed and the layer keeps its last good value. The network is checked against the dataset chosen in the Data
-& training view (input shape, output width against the classes); an invalid network is marked at the layer
-at fault and training stays disabled until it is fixed.
+below it; an empty field means the default shown in grey. A value that does not parse (or is out of its
+parameter's range) is marked where it is typed and the layer keeps its last good value. The network is checked
+against the dataset chosen in the Data & training view (input shape, output width against the classes); an
+invalid network is marked at the layer at fault and training stays disabled until it is fixed.
 
 **Numbers.** samples/s, the ETA and the Runs view leave paused time out; a run stopped before its first
 epoch ends shows — for its accuracy. Per-part timings come from synced steps (each part launched and waited
