@@ -875,3 +875,35 @@ async def test_an_out_of_range_parameter_is_marked_and_the_shapes_stay(fixed_env
         assert lines[at] == f"✗ {reason}"  # the whole reason, on one line: the next is blank or the footer
         assert lines[at + 1] == "" or at + 1 == len(lines) - 1
         await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)
+
+
+async def test_the_analysis_scrollbar_draws_no_stray_glyph_beside_the_charts(fixed_env):
+    """At 140x45 after a quadrant sweep (8 parts on 2 archs) the results scroll, and the one-column scrollbar's
+    thumb ended in a partial-cell glyph (▁ … ▇) flush against the speedup chart's frame: "┘▇", a stray character
+    at its corner. The thumb now starts and ends on whole cells: its column holds blanks only (thumb and track
+    differ in colour), at every scroll position."""
+    from nncore import analysis
+    from tests.tui.conftest import screen_text
+
+    names = [f"layer {i} ({t})" for i, t in enumerate(["Linear", "ReLU", "Linear", "Sigmoid", "Linear"])]
+    layers = [{"name": n, "fwd_ms": 0.01 * (i + 1), "bwd_ms": 0.02, "share": 0.1, "gflops": 1.0}
+              for i, n in enumerate(names + ["data", "loss", "optimizer"])]
+    pts = analysis.derive([analysis.SweepPoint(a, t, b, None, s, 1e3 * b / s, 1.0, layers, 9)
+                           for a, t, b, s in [("cpu-serial", 1, 64, 1000.0), ("cpu-parallel", 2, 64, 1700.0),
+                                              ("cpu-serial", 1, 256, 2000.0), ("cpu-parallel", 2, 256, 4300.0)]])
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(140, 45)) as pilot:
+        await pilot.press("5")
+        pane = app.query_one("#analysis-pane")
+        pane.progress(4, 4, "done: 4 points")
+        pane.show([p.to_dict() for p in pts], analysis.amdahl_view(pts[0], 0.01, 2, {"cpu-parallel": 1.7}).__dict__)
+        results = app.query_one("#sweep-results")
+        await wait_for(pilot, lambda: results.max_scroll_y > 0 and results.vertical_scrollbar.display)
+        region = results.vertical_scrollbar.region
+        assert region.width == 1 and region.height > 30
+        for y in range(results.max_scroll_y + 1):
+            results.scroll_to(y=y, animate=False)
+            await pilot.pause()
+            lines = screen_text(app).splitlines()
+            bar = "".join(lines[row][region.x] for row in range(region.y, region.bottom))
+            assert set(bar) == {" "}, f"at scroll {y}: {bar!r}"

@@ -3,7 +3,7 @@ per arch, per-layer time per arch, and the Amdahl view (see nncore.analysis for 
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 
 from nncore.charts import draw_parts, draw_speedup, draw_throughput
@@ -12,6 +12,7 @@ from nncore.runtime import ARCHS, cpu_count
 from tui.guard import Guarded
 from tui.keys import ANALYSIS_KEYS, bindings
 from tui.widgets.charts import Chart
+from tui.widgets.scroll import CellScroll
 
 
 def _ints(text: str, name: str) -> list[int]:
@@ -71,7 +72,7 @@ class AnalysisPane(Guarded, Vertical):
             yield Button("Sweep (w)", id="sweep-run", variant="primary", compact=True)
             yield ProgressBar(id="sweep-progress", show_eta=False, total=1)
             yield Static("enter in a field or w runs the sweep", id="sweep-status", markup=False)
-        with VerticalScroll(id="sweep-results"):
+        with CellScroll(id="sweep-results"):  # (its one-column scrollbar flush against the charts: whole cells)
             yield DataTable(id="sweep-table", zebra_stripes=True)
             yield Static(TABLE_LEGEND, id="sweep-legend", markup=False)
             with Horizontal(id="sweep-charts"):
