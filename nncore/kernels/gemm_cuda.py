@@ -140,10 +140,12 @@ def _tile(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.tem
     bm = ti.static(16 * tm)
     m0, n0 = (tile // tiles_n) * bm, (tile % tiles_n) * BN
     ty, tx = tid // 16, tid % 16
-    # Every shared array of every tile the same size, (BK, 64) floats, whatever TM: Taichi 1.7 names a shared
-    # array after its statement id, and arrays of two loops of one kernel can end up under one name.
-    a_sh = ti.simt.block.SharedArray((BK, BN), ti.f32)
-    b_sh = ti.simt.block.SharedArray((BK, BN), ti.f32)
+    # Every shared array of every tile the same size, (BK, 64 + 1) floats, whatever TM: Taichi 1.7 names a
+    # shared array after its statement id, and arrays of two loops of one kernel can end up under one name.
+    # The extra column: where neighbouring threads copy neighbouring k (the forward's operands), their stores
+    # land a row apart, in one memory bank without it (16-way conflicts) and in 16 banks with it.
+    a_sh = ti.simt.block.SharedArray((BK, BN + 1), ti.f32)
+    b_sh = ti.simt.block.SharedArray((BK, BN + 1), ti.f32)
     acc = ti.Matrix.zero(ti.f32, tm, 4)
     ra = _load_a(mode, kind, tm, x, dout, out, m0, 0, M, K, tid)
     rb = _load_b(mode, x, params, w_off, n_in, n0, 0, N, K, tid)
