@@ -406,6 +406,8 @@ class LayerlabApp(GuardedApp):
     def _end_run(self, status: str, text: str, error: bool = False, steps: int = 0) -> None:
         if self.current is not None:
             self.current.status = status
+            if self.current.network != self.draft.name:  # another network was opened meanwhile (or a rerun
+                text = f"{self.current.network} {text}"  # trained another one): the results left say whose
         if status == "died":
             self._store_died(text)
         if self.handle is not None:

@@ -820,7 +820,7 @@ async def test_opening_another_network_clears_the_last_runs_results(fixed_env, f
 
 async def test_opening_another_network_during_a_run_keeps_the_runs_view(fixed_env, fake_runs, monkeypatch):
     """While a run goes on, the Train view is the run's (the header names its network beside the one edited):
-    opening another network leaves it alone."""
+    opening another network leaves it alone, and once the run ends its results say whose they are."""
     from tests.tui.conftest import FakeHandle
 
     monkeypatch.setattr(FakeHandle, "per_poll", 0)  # the test feeds the run's events itself
@@ -837,6 +837,13 @@ async def test_opening_another_network_during_a_run_keeps_the_runs_view(fixed_en
         await pilot.pause()
         assert app.handle is not None and _train_view_results(app) == before
         assert "quadrant (training" in app.sub_title and "editing cnn" in app.sub_title
+        app._run_message(scripted_run()[-1])
+        await pilot.pause()
+        assert app.handle is None and app.sub_title == "cnn"
+        after = _train_view_results(app)
+        assert after["loss"] == before["loss"] and after["timings"] == before["timings"]
+        assert after["progress"].startswith("quadrant finished: test acc 0.9700")
+        assert str(app.query_one("#run-state").render()) == "quadrant finished: test acc 0.9700"
 
 
 @pytest.mark.parametrize("typed,reason", [
