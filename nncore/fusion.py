@@ -256,7 +256,7 @@ class LinearAct:
             return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind,
                                 scratch.get("wn"), sgd, panels_only)
         K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, out, params, lin.offsets["weight"], lin.offsets["bias"],
-                                    need_dinp, self.kind)
+                                    need_dinp, self.kind, scratch.get("dpartial"))
 
 
 def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[Part]:

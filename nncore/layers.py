@@ -145,9 +145,13 @@ class Linear(Layer):
             if K_gemm.staging_pays(n_out):
                 shapes.update(xp=("v16", K_gemm.panels_shape(batch, n_in)), xs=("v16", K_gemm.strips_shape(batch, n_in)))
             return shapes
+        shapes = {}
         if K_tiled.use_split_k(self.in_features, self.out_features):
-            return {"partial": ("f32", (batch, self.out_features * K_tiled.SPLIT))}
-        return {}
+            shapes["partial"] = ("f32", (batch, self.out_features * K_tiled.SPLIT))
+        n_s = K_tiled.batch_split(batch, self.in_features, self.out_features)
+        if n_s > 1 and not K_tiled.use_tiled(self.in_features, self.out_features):  # (gradients split over the batch)
+            shapes["dpartial"] = ("f32", (self.out_features * n_s, self.in_features + 1))
+        return shapes
 
     def forward(self, out, inp, params, scratch, kind=0, packed=False):
         """``kind``: the activation fused after it on the CPU (nncore.fusion.LinearAct; 0 none), which needs the
@@ -200,7 +204,8 @@ class Linear(Layer):
             else:
                 K_gemm.linear_dweight_cpu_narrow(dparams, scratch["ds"], inp, w_off, self.out_features, self.cl_c)
         else:  # (no activation: the output is never read, dout stands in for it)
-            K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, dout, params, w_off, b_off, need_dinp)
+            K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, dout, params, w_off, b_off, need_dinp,
+                                        dpartial=scratch.get("dpartial"))
 
     def applies_sgd(self) -> bool:
         """Whether backward can apply SGD's step to W itself (the CPU's staged weight gradient)."""

@@ -260,6 +260,61 @@ def linear_forward_split(out: F2, inp: F2, params: F1, partial: F2, w_off: ti.i3
         out[b, o] = _act(acc + params[b_off + o], kind)
 
 
+# The weight and bias gradients of a Linear that gets no tiles (few outputs, like the 10-output layers) over a
+# large batch: a thread per weight holds a chain of B multiply-adds and only OUT x IN threads run (10,240 for
+# net-1h's 1,024 -> 10), and the bias's OUT threads run chains of B alone. Here S threads per weight share the
+# batch, interleaved (thread s takes samples s, s + S, ...; neighbouring threads read neighbouring inputs of one
+# sample), the bias as an input column of ones, and a second loop adds each weight's S partial sums in order:
+# a fixed order, the same result on every run.
+MAX_SPLIT_B = 16
+# Only layers of fewer weights than this split: with more, a thread per weight already fills the GPU, and the
+# partial sums' extra pass costs more than it saves (the cnn's 10,816 -> 10 ran 5-9% slower split on the H200).
+SPLIT_B_WEIGHTS = 32768
+# Nor batches under this: their chains are short, and the extra loop (a task of its own) cost net-1h 8-12% of
+# its step at batch 64 and 256 on the H200, where at 1000 the split gained 12% (docs/LOG.md, 2026-11-26).
+SPLIT_B_BATCH = 512
+
+
+def batch_split(batch: int, in_features: int, out_features: int) -> int:
+    """Threads per weight (and bias): about 32 samples each, at most MAX_SPLIT_B; 1 (no split: the
+    one-thread-per-weight kernel) for batches under SPLIT_B_BATCH and layers of SPLIT_B_WEIGHTS weights or more."""
+    if batch < SPLIT_B_BATCH or out_features * (in_features + 1) >= SPLIT_B_WEIGHTS:
+        return 1
+    return min(MAX_SPLIT_B, batch // 32)
+
+
+@kernel
+def linear_act_backward_split(dinp: F2, dparams: F1, dout: F2, inp: F2, out: F2, params: F1, dpartial: F2,
+                              w_off: ti.i32, b_off: ti.i32, need_dinp: ti.i32, kind: ti.template()):
+    # dinp: (B, IN) f32   dparams[w_off:]: dW (OUT, IN), dparams[b_off:]: db (OUT,)   dout, out: (B, OUT) f32
+    # inp: (B, IN) f32   params[w_off:]: W (OUT, IN)   dpartial: (OUT * S, IN + 1) scratch, S: batch_split
+    n_b, n_out, n_in = dout.shape[0], dout.shape[1], inp.shape[1]
+    n_s = dpartial.shape[0] // n_out
+    for b, i in ti.ndrange(n_b * need_dinp, n_in):
+        acc = 0.0
+        for o in range(n_out):
+            acc += _dz(dout, out, b, o, kind) * params[w_off + o * n_in + i]
+        dinp[b, i] = acc
+    for r, i in ti.ndrange(n_out * n_s, n_in + 1):
+        o, s = r // n_s, r % n_s
+        acc = 0.0
+        for k in range((n_b - s + n_s - 1) // n_s):
+            b = s + k * n_s
+            x = 1.0
+            if i < n_in:
+                x = inp[b, i]
+            acc += _dz(dout, out, b, o, kind) * x
+        dpartial[r, i] = acc
+    for o, i in ti.ndrange(n_out, n_in + 1):
+        acc = 0.0
+        for s in range(n_s):
+            acc += dpartial[o * n_s + s, i]
+        if i < n_in:
+            dparams[w_off + o * n_in + i] = acc
+        else:
+            dparams[b_off + o] = acc
+
+
 def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0, partial=None) -> None:
     """out (B, OUT) = act(inp @ W.T + b) on CUDA, by the fastest kernel for the shape; kind 0: no activation.
     ``partial`` is the split forward's scratch, present where ``use_split_k`` holds."""
@@ -274,8 +329,9 @@ def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0, 
 
 
 def linear_backward_gpu(dinp, dparams, dout, inp, out, params, w_off: int, b_off: int, need_dinp: bool,
-                        kind: int = 0) -> None:
-    """Weight, bias and (if ``need_dinp``) input gradients of Linear (+ activation ``kind``) on CUDA."""
+                        kind: int = 0, dpartial=None) -> None:
+    """Weight, bias and (if ``need_dinp``) input gradients of Linear (+ activation ``kind``) on CUDA.
+    ``dpartial``: the batch-split gradients' scratch (``linear_act_backward_split``), for a layer without tiles."""
     n_in, n_out = inp.shape[1], dout.shape[1]
     if use_tiled(n_in, n_out):  # dW: OUT x IN tiles, whatever the batch
         linear_dweight_tiled(dparams, dout, out, inp, w_off, b_off, kind, rows_per_thread(n_out, n_in) or 4)
@@ -284,5 +340,8 @@ def linear_backward_gpu(dinp, dparams, dout, inp, out, params, w_off: int, b_off
             linear_dinput_tiled(dinp, dout, out, params, w_off, kind, tm)
         elif need_dinp:
             K_lin.linear_act_dinput(dinp, dout, out, params, w_off, kind)
+    elif dpartial is not None:
+        linear_act_backward_split(dinp, dparams, dout, inp, out, params, dpartial, w_off, b_off, int(need_dinp),
+                                  kind)
     else:
         K_lin.linear_act_backward(dinp, dparams, dout, inp, out, params, w_off, b_off, int(need_dinp), kind)

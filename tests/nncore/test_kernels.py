@@ -288,6 +288,42 @@ def test_linear_split_forward_cuda(rng, b, n_in, n_out, kind, act):
     assert np.array_equal(out.to_numpy(), first)
 
 
+@pytest.mark.parametrize("kind,act", [(0, lambda v: v), (2, R.sigmoid), (1, R.relu)])
+@pytest.mark.parametrize("b,n_in,n_out,n_s", [(3, 7, 3, 5), (37, 50, 10, 2), (67, 129, 10, 3), (100, 33, 5, 16),
+                                              (1, 1, 1, 1)])
+def test_linear_backward_split_over_the_batch(arch, rng, b, n_in, n_out, n_s, kind, act):
+    """The weight and bias gradients summed by n_s threads a weight over interleaved samples (more threads than
+    samples included), and the input gradient, against float64; the same bits on a second run; nothing outside
+    the layer's slice of the parameters touched, and no input gradient where none is asked for."""
+    from nncore.kernels import gemm_cuda as KT
+
+    x, w = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in)) / np.sqrt(n_in))
+    bias, g = f32(rng.normal(size=n_out)), f32(rng.normal(size=(b, n_out)))
+    params = np.concatenate([[7.0, -3.0], w.ravel(), bias])
+    w_off, b_off = 2, 2 + w.size
+    y = act(R.linear(x, w, bias))
+    dz = g * {0: np.ones_like(y), 1: (y > 0).astype(np.float64), 2: y * (1 - y)}[kind]
+    out, dpartial = nd(y), nans(n_out * n_s, n_in + 1)
+    dparams, dinp = nd(np.full(params.size, 9.0)), nans(b, n_in)
+    KT.linear_act_backward_split(dinp, dparams, nd(g), nd(x), out, nd(params), dpartial, w_off, b_off, 1, kind)
+    got = dparams.to_numpy()
+    assert rel_err(got[w_off:b_off].reshape(w.shape), dz.T @ x) < BWD_TOL
+    assert rel_err(got[b_off:], dz.sum(0)) < BWD_TOL and np.all(got[:2] == 9.0)
+    assert rel_err(dinp.to_numpy(), dz @ w) < BWD_TOL
+    again, untouched = nd(np.full(params.size, 9.0)), nd(np.full((b, n_in), 5.0))
+    KT.linear_act_backward_split(untouched, again, nd(g), nd(x), out, nd(params), dpartial, w_off, b_off, 0, kind)
+    assert np.array_equal(again.to_numpy(), got) and np.all(untouched.to_numpy() == 5.0)
+
+
+def test_batch_split_bounds_its_scratch():
+    from nncore.kernels import gemm_cuda as KT
+
+    assert [KT.batch_split(b, 1024, 10) for b in (1, 64, 511, 512, 1000, 100000)] == [1, 1, 1, 16, 16, 16]
+    assert KT.batch_split(1000, 60, 100000) == 1  # (16 threads a weight would need 390 MB of partial sums)
+    assert KT.batch_split(1000, 10816, 10) == 1 and KT.batch_split(1000, 3276, 10) == 1  # enough weights alone
+    assert KT.batch_split(1000, 3275, 10) == 16
+
+
 def test_linear_skips_input_gradient_when_told(arch, rng):
     x, w = rng.normal(size=(4, 6)), rng.normal(size=(3, 6))
     params = np.concatenate([w.ravel(), np.zeros(3)])

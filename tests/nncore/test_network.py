@@ -493,3 +493,24 @@ def test_packed_weights_kept_between_steps(arch, rng, layers, shape, kept):
     assert used == 2  # steps 1 and 5 followed a step on their workspace with nothing written in between
     assert stale == kept
     assert nets[0].graphs.built == 1  # W packed outside the step's graph: one graph for both workspaces
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("loss,act", [("mse", "Sigmoid"), ("cross_entropy", "ReLU")])
+def test_cuda_gradients_split_over_the_batch_equal_the_cpus(rng, loss, act):
+    """An MLP whose 10-output layer's gradients are summed over the batch by several threads a weight on CUDA
+    (a batch of 601: sixteen), against cpu-serial's one-chain sums: the same gradients to float32 rounding."""
+    spec = [{"type": "Linear", "out_features": 37}, {"type": act}, {"type": "Linear", "out_features": 10}]
+    x, y = rng.normal(size=(601, 50)), rng.integers(0, 10, size=601)
+    grads = {}
+    for arch in ("cpu-serial", "cuda"):
+        runtime.ensure(arch)
+        net = Sequential(spec, [50], loss, seed=3)
+        ws = net.workspace(601)
+        assert ("dpartial" in ws.scratch[net.parts[-1].first]) == (arch == "cuda")
+        ws.load(x, y)
+        net.forward(ws)
+        net.loss_grad(ws)
+        net.backward(ws)
+        grads[arch] = net.grads.to_numpy()
+    assert rel_err(grads["cuda"], grads["cpu-serial"]) < 1e-5
