@@ -914,3 +914,22 @@ async def test_the_analysis_scrollbar_draws_no_stray_glyph_beside_the_charts(fix
             lines = screen_text(app).splitlines()
             bar = "".join(lines[row][region.x] for row in range(region.y, region.bottom))
             assert set(bar) == {" "}, f"at scroll {y}: {bar!r}"
+
+
+async def test_a_name_typed_before_the_open_prompt_has_focus_keeps_every_letter(fixed_env):
+    """Keys reach the ctrl+o prompt as soon as it is pushed, but its field gets focus only once it is shown,
+    which a busy app delays: letters typed in that gap go into the field instead of being dropped."""
+    from tui.screens.path import PathScreen
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+o")
+        await wait_for(pilot, lambda: isinstance(app.screen, PathScreen))
+        field = app.screen.query_one("#path-input", Input)
+        start = field.value
+        app.screen.set_focus(None)  # the gap before the prompt's field is focused
+        await pilot.press("c", "n", "n")
+        assert field.value == start + "cnn" and app.screen.focused is field
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not isinstance(app.screen, PathScreen))
+        assert app.draft.name == "cnn"

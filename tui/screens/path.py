@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -53,6 +54,17 @@ class PathScreen(Guarded, ModalScreen[str | None]):
     def on_mount(self) -> None:
         field = self.query_one("#path-input", Input)
         field.cursor_position = len(field.value)  # the file name's end (its suffix) in view, ready to edit
+
+    def on_key(self, event: events.Key) -> None:
+        """A character typed before the field has focus goes into the field. Textual hands the dialog its keys
+        as soon as it is pushed but focuses the field only once the dialog is shown, which a busy app (a run's
+        events arriving) delays: a name typed right after ctrl+o lost its first letter."""
+        field = self.query_one_optional("#path-input", Input)
+        if field is not None and self.focused is None and event.is_printable and event.character:
+            event.stop()
+            event.prevent_default()
+            field.focus()
+            field.insert_text_at_cursor(event.character)
 
     def _say(self, text: str) -> None:
         hint = self.query_one("#path-hint", Label)
