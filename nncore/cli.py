@@ -478,8 +478,10 @@ def _train(args) -> int:
         jsonl = sys.stdout
     text = None if args.jsonl == "-" or not root else TextReporter(sys.stdout, quiet=args.quiet)
     lost = []  # where the events could not be written (a full disk mid-run): the run goes on, the exit says so
+    unread = []  # where the text report could not be written (`layerlab train ... | head`): the same
 
     def emit(event):
+        nonlocal text
         if jsonl is not None and not lost:
             try:
                 jsonl.write(event.to_json() + "\n")
@@ -488,8 +490,16 @@ def _train(args) -> int:
                 lost.append((event.kind, exc.strerror or str(exc)))
                 print(f"layerlab: warning: --jsonl {args.jsonl}: writing the events failed ({lost[0][1]}) at "
                       f"{event.kind}; the run goes on", file=sys.stderr)
+                _silence_stdout(jsonl)
         if text is not None:
-            text(event)
+            try:
+                text(event)
+            except OSError as exc:
+                unread.append((event.kind, exc.strerror or str(exc)))
+                text = None
+                print(f"layerlab: warning: stdout: writing the report failed ({unread[0][1]}) at {event.kind}; "
+                      "the run goes on", file=sys.stderr)
+                _silence_stdout(sys.stdout)
 
     recorder = _recorder(args, cfg) if root else None  # rank 0 records a distributed run
 
@@ -528,9 +538,23 @@ def _train(args) -> int:
         print(f"layerlab: error: --jsonl {args.jsonl}: the events from that {lost[0][0]} on are missing "
               f"({lost[0][1]}); the run itself finished", file=sys.stderr)
         return EXIT_CONFIG
+    if unread:
+        print(f"layerlab: error: stdout: the report from that {unread[0][0]} on is missing ({unread[0][1]}); "
+              "the run itself finished", file=sys.stderr)
+        return EXIT_CONFIG
     if interrupted:  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP: the shell's convention
         return 128 + interrupted[0][0]
     return EXIT_OK
+
+
+def _silence_stdout(stream) -> None:
+    """Point stdout at /dev/null where ``stream`` is stdout and its reader is gone (a closed pipe), so that
+    nothing written later, nor Python's flush at exit, raises again."""
+    if stream is sys.stdout:
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -564,14 +588,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "runs":
             from nncore.runscli import run_runs
 
-            try:
-                return run_runs(args)
-            except BrokenPipeError:  # `layerlab runs show 3 | head`: the reader has what it wanted
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-                return EXIT_OK
+            return run_runs(args)
         if args.command == "train":
             ranks = _ranks_wanted(args)
             return _launch_ranks(args, argv, ranks) if ranks is not None else _train(args)
+    except BrokenPipeError:  # `layerlab runs show 3 | head`, `layerlab bench | head`: the reader has what it wanted
+        _silence_stdout(sys.stdout)
+        return EXIT_OK
     except KeyboardInterrupt:
         print("layerlab: interrupted", file=sys.stderr)
         if getattr(args, "distributed", False):

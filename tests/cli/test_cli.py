@@ -188,6 +188,39 @@ def test_jsonl_to_a_closed_pipe_says_what_is_missing(tmp_path):
     assert listed.returncode == 0 and "finished" in listed.stdout, listed.stdout + listed.stderr
 
 
+def test_the_text_report_to_a_closed_pipe_says_what_is_missing(tmp_path):
+    # `layerlab train ... | head -1`: as with --jsonl -, the run trains to its end and is recorded, no traceback.
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "quadrant", "--epochs", "3",
+                             "--store", str(tmp_path / "runs.sqlite")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("layerlab: ")
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 2
+    lines = [line for line in stderr.strip().splitlines() if not line.startswith("layerlab: new run store created")]
+    assert "Traceback" not in stderr and len(lines) == 2, stderr
+    assert lines[0].startswith("layerlab: warning: stdout: writing the report failed (Broken pipe)")
+    assert lines[1].startswith("layerlab: error: stdout: the report from that ")
+    assert lines[1].endswith("is missing (Broken pipe); the run itself finished")
+    listed = layerlab("runs", "list", "--store", tmp_path / "runs.sqlite")
+    assert listed.returncode == 0 and "finished" in listed.stdout, listed.stdout + listed.stderr
+
+
+@pytest.mark.parametrize("args", [("bench", "--workloads", "net-1h", "--batch", "64", "--steps", "2", "--repeats", "2",
+                                   "--no-torch", "--no-store"),
+                                  ("sweep", "quadrant", "--archs", "cpu-serial", "--batch", "16", "--steps", "2",
+                                   "--no-store")])
+def test_tables_to_a_closed_pipe_end_quietly(args):
+    # `layerlab bench | head -1`: the reader has what it wanted; exit 0 and nothing on stderr but progress.
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+
+
 def test_no_arguments_opens_the_app_on_the_default(monkeypatch):
     import tui.app
     from tui import launch
