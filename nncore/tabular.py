@@ -63,6 +63,21 @@ def _open_bytes(path: Path):
     return raw, (gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw)
 
 
+def _not_idx(path: Path, binary) -> None:
+    """A DataError where the file starts as an IDX file does (two zero bytes, an element type, 1-4 dimensions):
+    IDX data is read from the directory that holds the four files, not as a table. Leaves ``binary`` at its
+    start."""
+    try:
+        head = binary.read(4)
+        binary.seek(0)
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
+        return  # (read as a table, which says what is wrong)
+    if len(head) == 4 and head[:2] == b"\0\0" and head[2] in (0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E) and 1 <= head[3] <= 4:
+        raise DataError(f"{path}: an IDX file, not a CSV table; give the directory that holds it and the other "
+                        "three (train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
+                        "t10k-labels-idx1-ubyte, each may end in .gz)")
+
+
 def _lines(path: Path, binary, state: dict):
     """The file's lines as text, each checked against MAX_LINE and decoded on its own (so an error names its
     line); ``state['line']`` is the number of the last one."""
@@ -142,6 +157,7 @@ def read_csv(path, *, header="auto", categorical=(), limit: int | None = None, l
         raise DataError(f"{path}: cannot read ({exc.strerror or exc})") from None
     state = {"line": 0}
     try:
+        _not_idx(path, text)
         rows = _rows(path, text, state)
         first = next(rows, None)
         if first is None:

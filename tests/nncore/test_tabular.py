@@ -335,3 +335,23 @@ def test_a_run_on_a_relative_path_is_stored_with_the_absolute_one(tmp_path, rng,
     store.close()
     assert paths[0] == str(tmp_path / "kdd.csv")  # (the refused one, if it is stored at all, too)
     assert all(p.startswith(str(tmp_path)) for p in paths), paths
+
+
+@pytest.mark.parametrize("zipped", [False, True])
+@pytest.mark.parametrize("head", [b"\0\0\x08\x03\0\0\0\x02\0\0\0\x03\0\0\0\x03", b"\0\0\x08\x01\0\0\0\x05"])
+def test_an_idx_file_given_as_a_table_says_to_give_its_directory(tmp_path, zipped, head):
+    """An IDX file (images or labels, plain or gzip) named where a directory of them belongs is refused as
+    such, not read as a CSV file that is not UTF-8 or has one row."""
+    body = head + bytes(range(7, 25))
+    path = tmp_path / ("train-images-idx3-ubyte.gz" if zipped else "train-images-idx3-ubyte")
+    path.write_bytes(gzip.compress(body) if zipped else body)
+    with pytest.raises(DataError, match="an IDX file, not a CSV table; give the directory that holds it"):
+        load(directory=str(path))
+
+
+def test_a_table_that_starts_with_zero_bytes_is_still_read_as_one(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\0\0,1\n2,3\n")  # not an IDX header: its fourth byte is a comma
+    with pytest.raises(DataError) as err:
+        load(directory=str(path))
+    assert "IDX" not in str(err.value)
