@@ -933,3 +933,21 @@ async def test_a_name_typed_before_the_open_prompt_has_focus_keeps_every_letter(
         await pilot.press("enter")
         await wait_for(pilot, lambda: not isinstance(app.screen, PathScreen))
         assert app.draft.name == "cnn"
+
+
+async def test_a_dialogs_footer_shows_its_own_keys_not_the_views(fixed_env):
+    """Inside the ctrl+o prompt, the layer-type choice and the overwrite question the footer names the dialog's
+    keys; the view's letters (a Add, s Start), which type or do nothing there, are gone from it."""
+    from tui.widgets.keybar import KeyBar
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        base = str(app.screen.query_one(KeyBar).render())
+        assert "Add" in base and "Start" in base
+        for keys in (["ctrl+o"], ["a"]):
+            await pilot.press(*keys)
+            await wait_for(pilot, lambda: len(app.screen_stack) == 2)
+            shown = str(app.screen.query_one(KeyBar).render())
+            assert "Cancel" in shown and "Add" not in shown and "Start" not in shown, shown
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: len(app.screen_stack) == 1)

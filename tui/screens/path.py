@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
 from tui.guard import Guarded
+from tui.widgets.keybar import KeyBar
 from tui.screens.pick import ConfirmScreen
 
 
@@ -50,6 +51,7 @@ class PathScreen(Guarded, ModalScreen[str | None]):
             yield Label(self.title_text, markup=False)
             yield Input(self.value, id="path-input", select_on_focus=False)
             yield Label("enter to confirm · escape to cancel", classes="hint", id="path-hint", markup=False)
+        yield KeyBar()  # the dialog's own keys, over the view's (typed letters do not act here)
 
     def on_mount(self) -> None:
         field = self.query_one("#path-input", Input)

@@ -8,6 +8,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Label, OptionList
 
 from tui.guard import Guarded
+from tui.widgets.keybar import KeyBar
 
 
 class PickScreen(Guarded, ModalScreen[str | None]):
@@ -24,6 +25,7 @@ class PickScreen(Guarded, ModalScreen[str | None]):
             yield Label(self.title_text, markup=False)
             yield OptionList(*self.choices, id="pick-list")
             yield Label("enter to choose · escape to cancel", classes="hint")
+        yield KeyBar()  # the dialog's own keys, over the view's (typed letters do not act here)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(self.choices[event.option_index])
@@ -47,6 +49,7 @@ class ConfirmScreen(Guarded, ModalScreen[bool]):
             with Horizontal(id="confirm-buttons"):
                 yield Button("Yes (y)", id="yes", variant="warning", compact=True)
                 yield Button("No (n)", id="no", compact=True)
+        yield KeyBar()  # the dialog's own keys, over the view's (typed letters do not act here)
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
