@@ -210,10 +210,11 @@ def test_the_text_report_to_a_closed_pipe_says_what_is_missing(tmp_path):
                                    "--no-torch", "--no-store"),
                                   ("sweep", "quadrant", "--archs", "cpu-serial", "--batch", "16", "--steps", "2",
                                    "--no-store")])
-def test_tables_to_a_closed_pipe_end_quietly(args):
+def test_tables_to_a_closed_pipe_end_quietly(args, tmp_path):
     # `layerlab bench | head -1`: the reader has what it wanted; exit 0 and nothing on stderr but progress.
     proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env=dict(os.environ, PYTHONPATH=os.getcwd()))
     assert proc.stdout.readline()
     proc.stdout.close()
     stderr = proc.stderr.read()
