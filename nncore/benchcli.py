@@ -116,9 +116,13 @@ def run_bench(args) -> int:
                 + (f", {t['gflops']:.1f} GFLOP/s)" if t["gflops"] else ")") for t in top))
     from .cli import record_points
 
+    info = runtime.current()
+    # The threads and device that ran (not only what was asked), and the rate where one point makes the run.
     record_points(args, "bench", ",".join(names), [r.to_dict() for r in results],
-                  {k: v for k, v in vars(args).items() if k not in ("command", "store", "no_store")},
-                  arch=args.arch, threads=args.threads)
+                  {k: v for k, v in vars(args).items() if k not in ("command", "store", "no_store", "version")},
+                  arch=args.arch, threads=results[0].threads if results else args.threads,
+                  device=info.device if info is not None else None,
+                  summary={"samples_per_s": results[0].samples_per_s} if len(results) == 1 else None)
     if args.json:
         doc = json.dumps([r.to_dict() for r in results], indent=1)
         if args.json == "-":

@@ -199,7 +199,8 @@ def _store_args(parser) -> None:
     g.add_argument("--no-store", action="store_true", help="do not record the run")
 
 
-def record_points(args, kind: str, name: str, points: list[dict], config: dict, **info) -> None:
+def record_points(args, kind: str, name: str, points: list[dict], config: dict, summary: dict | None = None,
+                  **info) -> None:
     """A sweep's or a benchmark's points as one finished run in the store (unless --no-store)."""
     store = open_store(args)
     if store is None:
@@ -207,7 +208,7 @@ def record_points(args, kind: str, name: str, points: list[dict], config: dict, 
     from nncore.store import StoreError
 
     try:
-        run_id = store.add_finished(kind, name, config, points, **info)
+        run_id = store.add_finished(kind, name, config, points, summary, **info)
         print(f"recorded as run {run_id} in {store.path}", file=sys.stderr)
     except (StoreError, OSError) as exc:
         print(f"layerlab: warning: run store {store.path}: not recorded ({exc})", file=sys.stderr)

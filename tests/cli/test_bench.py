@@ -54,3 +54,18 @@ def test_an_unavailable_backend_is_refused_before_the_table():
     proc = layerlab("bench", "--arch", "cuda", "--workloads", "net-1h", "--batch", "64", "--no-store")
     assert proc.returncode == 4 and proc.stdout == ""
     one_line_error(proc, "cuda is unavailable")
+
+
+def test_a_recorded_bench_lists_its_rate_threads_and_device(tmp_path):
+    """A bench of one point is listed with its samples/s and the threads that ran it; `runs show` names the
+    device, and the stored config holds the bench's options, not the CLI's --version flag."""
+    store = tmp_path / "runs.sqlite"
+    proc = layerlab("bench", "--workloads", "net-1h", "--batch", "17", "--steps", "2", "--repeats", "2",
+                    "--arch", "cpu-serial", "--no-torch", "--json", tmp_path / "b.json", "--store", store)
+    assert proc.returncode == 0, proc.stderr
+    rate = json.loads((tmp_path / "b.json").read_text())[0]["samples_per_s"]
+    listed = layerlab("runs", "list", "--store", store).stdout.splitlines()[-1].split()
+    assert listed[3:6] == ["bench", "net-1h", "cpu-serial"] and listed[6] == "1"  # threads
+    assert listed[-1] == f"{rate:,.0f}"
+    shown = layerlab("runs", "show", "1", "--store", store).stdout
+    assert "device unknown" not in shown and '"version"' not in shown and '"workloads": "net-1h"' in shown
