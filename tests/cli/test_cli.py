@@ -168,40 +168,33 @@ def test_help_lists_the_version_flag_and_the_exit_codes():
     assert version.returncode == 0 and version.stdout.startswith("layerlab ") and not version.stderr
 
 
-def test_jsonl_to_a_closed_pipe_says_what_is_missing(tmp_path):
-    # `layerlab train ... --jsonl - | head -1`: the reader goes away; the run trains to its end and is recorded,
+def _first_line_then_close(*args, cwd=None):
+    """Run the CLI with stdout a pipe that its reader closes after the first line (`| head -1`): that line, the
+    exit code and the whole of stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=cwd,
+                            env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    return first, proc.wait(timeout=120), stderr
+
+
+@pytest.mark.parametrize("out,what", [(["--jsonl", "-"], "--jsonl -"), ([], "stdout")])
+def test_train_output_to_a_closed_pipe_says_what_is_missing(tmp_path, out, what):
+    # `layerlab train ... [--jsonl -] | head -1`: the reader goes away; the run trains to its end and is recorded,
     # and stderr says so once as it happens and once at the end, in words that agree, with exit 2.
-    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "quadrant", "--epochs", "2",
-                             "--jsonl", "-", "--store", str(tmp_path / "runs.sqlite")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert json.loads(proc.stdout.readline())["event"] == "run_started"
-    proc.stdout.close()
-    stderr = proc.stderr.read()
-    assert proc.wait(timeout=120) == 2
+    first, code, stderr = _first_line_then_close("train", "quadrant", "--epochs", "2", *out,
+                                                 "--store", tmp_path / "runs.sqlite")
+    assert json.loads(first)["event"] == "run_started" if out else first.startswith("layerlab: ")
+    assert code == 2
     lines = [line for line in stderr.strip().splitlines() if not line.startswith("layerlab: new run store created")]
     assert "Traceback" not in stderr and len(lines) == 2, stderr
-    assert lines[0].startswith("layerlab: warning: --jsonl -: writing the events failed (Broken pipe)")
+    written = "the events" if out else "the report"
+    assert lines[0].startswith(f"layerlab: warning: {what}: writing {written} failed (Broken pipe)")
     assert lines[0].endswith("the run goes on")
-    assert lines[1].startswith("layerlab: error: --jsonl -: the events from that ")
-    assert lines[1].endswith("are missing (Broken pipe); the run itself finished")
-    listed = layerlab("runs", "list", "--store", tmp_path / "runs.sqlite")
-    assert listed.returncode == 0 and "finished" in listed.stdout, listed.stdout + listed.stderr
-
-
-def test_the_text_report_to_a_closed_pipe_says_what_is_missing(tmp_path):
-    # `layerlab train ... | head -1`: as with --jsonl -, the run trains to its end and is recorded, no traceback.
-    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "quadrant", "--epochs", "3",
-                             "--store", str(tmp_path / "runs.sqlite")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().startswith("layerlab: ")
-    proc.stdout.close()
-    stderr = proc.stderr.read()
-    assert proc.wait(timeout=120) == 2
-    lines = [line for line in stderr.strip().splitlines() if not line.startswith("layerlab: new run store created")]
-    assert "Traceback" not in stderr and len(lines) == 2, stderr
-    assert lines[0].startswith("layerlab: warning: stdout: writing the report failed (Broken pipe)")
-    assert lines[1].startswith("layerlab: error: stdout: the report from that ")
-    assert lines[1].endswith("is missing (Broken pipe); the run itself finished")
+    assert lines[1].startswith(f"layerlab: error: {what}: {written} from that ")
+    assert lines[1].endswith("missing (Broken pipe); the run itself finished")
     listed = layerlab("runs", "list", "--store", tmp_path / "runs.sqlite")
     assert listed.returncode == 0 and "finished" in listed.stdout, listed.stdout + listed.stderr
 
@@ -212,13 +205,8 @@ def test_the_text_report_to_a_closed_pipe_says_what_is_missing(tmp_path):
                                    "--no-store")])
 def test_tables_to_a_closed_pipe_end_quietly(args, tmp_path):
     # `layerlab bench | head -1`: the reader has what it wanted; exit 0 and nothing on stderr but progress.
-    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                            env=dict(os.environ, PYTHONPATH=os.getcwd()))
-    assert proc.stdout.readline()
-    proc.stdout.close()
-    stderr = proc.stderr.read()
-    assert proc.wait(timeout=120) == 0
+    first, code, stderr = _first_line_then_close(*args, cwd=tmp_path)  # (sweep writes its files where it runs)
+    assert first and code == 0
     assert "Traceback" not in stderr and "Error" not in stderr, stderr
 
 
