@@ -215,10 +215,10 @@ class _Worker:
         for i in range(n):
             runner.step(self.starts[i % len(self.starts)])  # every round on the same batches as layerlab's
 
-    def round(self, p) -> dict[str, float]:
+    def round(self, p: tuple[int, float]) -> dict[str, float]:  # (steps, quiet_s)
         if not self.runners:
             raise RuntimeError("round before setup: no network")
-        steps, quiet_s = p if isinstance(p, tuple) else (p, 0.0)
+        steps, quiet_s = p
         rates = {}
         for mode, runner in self.runners.items():
             self.sync()

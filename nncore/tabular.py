@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .data import IDX_FILES
 from .errors import ConfigError, DataError, LayerlabError
 from .limits import INT32_MAX, check_host_memory, check_index, regular_file
 
@@ -73,9 +74,9 @@ def _not_idx(path: Path, binary) -> None:
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error):
         return  # (read as a table, which says what is wrong)
     if len(head) == 4 and head[:2] == b"\0\0" and head[2] in (0x08, 0x09, 0x0B, 0x0C, 0x0D, 0x0E) and 1 <= head[3] <= 4:
+        names = ", ".join(name for part in IDX_FILES.values() for name in part)
         raise DataError(f"{path}: an IDX file, not a CSV table; give the directory that holds it and the other "
-                        "three (train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
-                        "t10k-labels-idx1-ubyte, each may end in .gz)")
+                        f"three ({names}, each may end in .gz)")
 
 
 def _lines(path: Path, binary, state: dict):
