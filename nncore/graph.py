@@ -14,10 +14,11 @@ offsets in microseconds) and runs the cached graph with the new arguments. So a 
 last batch of another size, Adam's bias corrections, a new batch start) stays correct: other arguments are
 only new values, another kernel sequence another graph.
 
-On CUDA a fused kernel is also static (``static_default``): the ndarrays' shapes and the integers that bound
-loops are compile-time constants of the kernel, which Taichi would otherwise turn into a one-thread task per
-loop computing its bounds (each task is a driver launch of its own); the graph is then cached under those
-values too, so another batch size compiles another kernel.
+On CUDA a fused kernel is also static (``static_default``): the ndarrays' shapes and the integers (all but
+those that change every step, ``VARYING``) are compile-time constants of the kernel. Loops then have constant
+bounds, which Taichi would otherwise compute in a one-thread task per loop (each task is a driver launch of its
+own), and the launch has fewer arguments to pass; the graph is cached under those values too, so another batch
+size compiles another kernel.
 
 Taichi's graph builder refuses kernels with template parameters; nncore's kernels have some (the activation
 of a fused Linear, a product's mode), so a dispatch is built from the kernel Taichi compiles for the recorded
@@ -27,13 +28,11 @@ again.
 """
 from __future__ import annotations
 
-import ast
 import inspect
 import itertools
 import linecache
 import operator
 import os
-import textwrap
 import types
 
 from . import kernels as _k
@@ -60,7 +59,7 @@ def fused_default() -> bool:
 
 
 def static_default() -> bool:
-    """Whether fused kernels fix their ndarrays' shapes and their loop-bound integers at compile time
+    """Whether fused kernels fix their ndarrays' shapes and their fixed integers at compile time
     (``fuse_plan``'s ``static``): where the step is fused on CUDA, unless LAYERLAB_STATIC_BOUNDS=0; on the CPU
     only with LAYERLAB_STATIC_BOUNDS=1. A loop whose bounds are constants needs no serial task to compute them,
     and on CUDA each task is a driver launch of its own."""
@@ -79,6 +78,14 @@ def record(fn) -> list:
     finally:
         _k._recording = None
     return calls
+
+
+# Integer parameters so named change from one training step to the next (the batch's first sample, the step's
+# number): a static fused kernel takes them as run-time arguments. Every other integer (offsets, sizes, flags,
+# conv geometry) is fixed for a network and workspace and becomes a compile-time constant there, one argument
+# fewer for each launch to convert and pass (a scalar costs about 1 us of a CUDA graph's launch). An integer that
+# changes every step under another name stays correct: past MAX_VARIANTS graphs, the signature's generic one.
+VARYING = frozenset({"start", "step"})
 
 
 class _Slots:
@@ -102,44 +109,23 @@ class _Slots:
                 self.problem = f"{kern._primal.func.__name__}: a compute graph cannot carry parameter {a.name}"
         self.dtypes = {i: a.annotation for i, a in enumerate(kern._primal.arguments)}
         self.nds = [i for i, kind in self.runtime if kind == "nd"]
-        bound = _bound_names(kern._primal.func)  # integers a static fused kernel fixes (``fuse_plan``)
-        self.consts = [i for i, kind in self.runtime if kind == "i" and kern._primal.arguments[i].name in bound]
+        # The integers a static fused kernel fixes (``fuse_plan``): all but those that change from step to step.
+        names = [a.name for a in kern._primal.arguments]
+        self.consts = [i for i, kind in self.runtime if kind == "i" and names[i] not in VARYING]
+        # What identifies a recorded call to ``StepGraphs``' cache of keys: the templates, the ndarrays
+        # themselves and, for a static graph, the fixed integers (``_fast_key``).
+        self.pick = _picker(self.templates + self.nds)
+        self.pick_static = _picker(self.templates + self.nds + self.consts)
 
 
-def _names(node) -> set:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
-def _bound_names(fn) -> set:
-    """The names on which a for-loop's range in ``fn`` depends, directly or through assignments (``n = a *
-    b``): among them the integer parameters whose values, fixed at compile time, give loops constant bounds.
-    Empty where the source cannot be read."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return set()
-    deps: dict = {}
-    todo: list = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign):
-            for t in node.targets:
-                v = node.value
-                if isinstance(t, ast.Tuple) and isinstance(v, ast.Tuple) and len(t.elts) == len(v.elts):
-                    pairs = zip(t.elts, v.elts)
-                else:
-                    pairs = [(e, v) for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
-                for target, value in pairs:
-                    if isinstance(target, ast.Name):  # (a store into an array element bounds nothing)
-                        deps.setdefault(target.id, set()).update(_names(value))
-        elif isinstance(node, ast.For) and isinstance(node.iter, ast.Call):
-            todo.extend(_names(node.iter))
-    seen: set = set()
-    while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo.extend(deps.get(name, ()))
-    return seen
+def _picker(positions: list):
+    """A function of a call's arguments giving those at ``positions`` as a tuple (operator.itemgetter's speed)."""
+    if not positions:
+        return lambda args: ()
+    if len(positions) == 1:
+        i = positions[0]
+        return lambda args: (args[i],)
+    return operator.itemgetter(*positions)
 
 
 def _slots(kern) -> _Slots:
@@ -196,7 +182,7 @@ MAX_SHARED = 2
 _funcs: dict = {}  # a kernel's Python function -> the same code as a ti.func taking every argument as a template
 _fused: dict = {}  # (signature, the ndarrays' sharing pattern, static spec) -> (fused kernel, its parameter sources)
 _serial = itertools.count()
-MAX_VARIANTS = 8  # static fused kernels per step signature (shapes, loop-bound integers); past it, one generic
+MAX_VARIANTS = 8  # static fused kernels per step signature (shapes, fixed integers); past it, one generic
 
 
 def _as_func(kern):
@@ -241,7 +227,7 @@ def _make_fused(calls, static: bool = False):
     """A kernel that runs ``calls``' kernels one after another as one launch: its body calls each kernel's
     function (``_as_func``) with the recorded templates; its parameters are the distinct ndarrays, then every
     scalar, each in order of first use. ``static``: the ndarrays reach the functions with their recorded shapes
-    as constants (``_Shaped``), and the integers that bound loops (``_Slots.consts``) as constants, not
+    as constants (``_Shaped``), and the fixed integers (``_Slots.consts``) as constants, not
     parameters. Returns the kernel and, per parameter, the (call, argument) it comes from."""
     ns: dict = {"ti": ti, "_S": _Shaped}
     params, sources, lines, nd_param = [], [], [], {}
@@ -287,7 +273,7 @@ def fuse_plan(calls, static: bool = False) -> list:
     place). Each run of consecutive calls with the same in-place flag (nncore.kernels.Sized), at most MAX_ARGS
     parameters and at most MAX_SHARED shared-memory kernels becomes one kernel that holds them all
     (``_make_fused``, ``static`` as there), cached by the kernels, their templates, which arguments share an
-    ndarray and, where static, the shapes and loop-bound integers. A step of a dozen kernels then pays one
+    ndarray and, where static, the shapes and fixed integers. A step of a dozen kernels then pays one
     launch's fixed cost instead of a dozen; each of its loops still costs a driver launch of its own."""
     groups: list = []
     for c, call in enumerate(calls):
@@ -321,7 +307,7 @@ def _key(calls, fused: bool, static: bool = False) -> tuple:
     """What a step's graph is cached under, in one pass: (the signature: each call's kernel and its template
     values, the other arguments being symbolic; and where ``fused`` is on the sharing: each ndarray argument's
     index among the distinct ones, since a fused kernel's parameters follow it; else None), and where ``static``
-    is on also every ndarray argument's shape and the loop-bound integers (``_Slots.consts``), which a static
+    is on also every ndarray argument's shape and the fixed integers (``_Slots.consts``), which a static
     fused kernel fixes."""
     try:
         return _key_of(calls, fused, static)
@@ -342,6 +328,19 @@ def _key_of(calls, fused: bool, static: bool) -> tuple:
         return sig, sharing
     return sig, sharing, (tuple([a.shape for a in nds]),
                           tuple([args[i] for kern, args, _ in calls for i in kern._graph_slots.consts]))
+
+
+# Keys of ``StepGraphs``' fast cache at most; it holds the recorded ndarrays themselves, so it is emptied when full.
+MAX_FAST = 16
+
+
+def _fast_key(calls, static: bool) -> tuple:
+    """A key that determines ``_key``'s, cheaper to form: each call's kernel, in-place flag, templates and ndarray
+    objects (so the sharing and the shapes), and for a static graph its fixed integers. A training loop records
+    the same ndarrays every step, so its steps after the first find their graph here."""
+    if static:
+        return tuple([(kern, ip, kern._graph_slots.pick_static(args)) for kern, args, ip in calls])
+    return tuple([(kern, ip, kern._graph_slots.pick(args)) for kern, args, ip in calls])
 
 
 _arr = operator.attrgetter("arr")  # what Taichi's Graph.run passes for an ndarray
@@ -381,6 +380,7 @@ class StepGraphs:
         self.static = self.fused and (static_default() if static is None else static)
         self._graphs: dict = {}
         self._variants: dict = {}  # (signature, sharing) -> static graphs built for it
+        self._fast: dict = {}  # ``_fast_key`` -> the entry of its ``_key``
         self._gen = runtime.generation()
         self.built = self.fallbacks = self.unfused = 0
         self.launches = (0, 0)  # the last run's kernel calls: as recorded, and as launched after fusion
@@ -393,14 +393,26 @@ class StepGraphs:
         if self._gen != runtime.generation():
             self._graphs.clear()
             self._variants.clear()
+            self._fast.clear()
             self._gen = runtime.generation()
         calls = record(fn)
         if not calls:
             return
-        key = _key(calls, self.fused, self.static)
-        entry = self._graphs.get(key)
+        try:
+            fast = _fast_key(calls, self.static)
+        except AttributeError:  # a kernel seen for the first time: make its _slots
+            for kern, _, _ in calls:
+                _slots(kern)
+            fast = _fast_key(calls, self.static)
+        entry = self._fast.get(fast)
         if entry is None:
-            entry = self._new(calls, key)
+            key = _key(calls, self.fused, self.static)
+            entry = self._graphs.get(key)
+            if entry is None:
+                entry = self._new(calls, key)
+            if len(self._fast) >= MAX_FAST:
+                self._fast.clear()
+            self._fast[fast] = entry
         graph, plan, binds = entry
         self.launches = (len(calls), len(plan) if plan is not None else len(calls))
         if graph is False:
@@ -410,7 +422,7 @@ class StepGraphs:
 
     def _new(self, calls, key) -> tuple:
         """The entry for a key not seen yet: a static one, unless MAX_VARIANTS static graphs of this signature
-        exist (a loop-bound integer that changes every step), then the signature's generic one."""
+        exist (a fixed integer that changes every step after all), then the signature's generic one."""
         if len(key) == 3:
             n = self._variants.get(key[:2], 0)
             if n >= MAX_VARIANTS:

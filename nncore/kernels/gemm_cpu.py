@@ -156,7 +156,8 @@ def _column(i, n_in, cl_c):
     that feature in PyTorch's (C, H, W) flattening."""
     j = i
     if cl_c > 0:
-        j = i % cl_c * (n_in // cl_c) + i // cl_c
+        c = ti.max(cl_c, 1)  # (cl_c may be a constant 0 in a static fused kernel: Taichi folds the dead division)
+        j = i % c * (n_in // c) + i // c
     return j
 
 

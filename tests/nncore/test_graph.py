@@ -255,19 +255,62 @@ def test_a_step_that_does_not_fuse_runs_as_recorded(cpu, monkeypatch, rng):
     np.testing.assert_array_equal(net.params.to_numpy(), want)
 
 
-def test_loop_bounds_are_found_through_assignments(cpu):
-    """The integers a static fused kernel fixes (``_Slots.consts``): those a loop's range depends on, directly or
-    through a local; not one used only as an index, nor a store into an array element."""
+def test_a_static_kernel_fixes_every_integer_but_the_varying_ones(cpu):
+    """The integers a static fused kernel fixes (``_Slots.consts``): every integer parameter, loop bound or
+    index, but those named in ``VARYING`` (the batch's first sample, the step's number); no float."""
     @kernel
-    def k(o: ti.types.ndarray(dtype=ti.f32, ndim=1), lo: ti.i32, hi: ti.i32, start: ti.i32, rows: ti.i32):
-        n = (hi - lo) * rows
-        for i in range(n):
-            o[lo + i] = o[start + i]
-        for j in range(o.shape[0]):
-            o[j] = start
+    def k(o: ti.types.ndarray(dtype=ti.f32, ndim=1), lo: ti.i32, hi: ti.i32, start: ti.i32, off: ti.i32,
+          step: ti.i32, a: ti.f32):
+        for i in range(hi - lo):
+            o[lo + i] = o[start + i + off] * a + step
 
     slots = G._slots(k.ti)
-    assert [k.ti._primal.arguments[i].name for i in slots.consts] == ["lo", "hi", "rows"]
+    assert [k.ti._primal.arguments[i].name for i in slots.consts] == ["lo", "hi", "off"]
+    assert {"start", "step"} <= G.VARYING
+
+
+def test_a_step_on_other_arrays_finds_its_own_graph(cpu, monkeypatch):
+    """The fast cache (``_fast_key``) keys on the recorded ndarrays themselves: a step on other arrays of the
+    same shapes reuses the graph built for those shapes, with the new arrays' values; a repeated step finds its
+    graph without forming the full key; the cache empties itself when full and stays right."""
+    @kernel
+    def axpy(o: ti.types.ndarray(dtype=ti.f32, ndim=1), x: ti.types.ndarray(dtype=ti.f32, ndim=1), n: ti.i32,
+             start: ti.i32, a: ti.f32):
+        for i in range(n):
+            o[i] = o[i] + a * x[start + i]
+
+    full = []
+    key = G._key
+    monkeypatch.setattr(G, "_key", lambda *a, **k: full.append(1) or key(*a, **k))
+    graphs = G.StepGraphs(enabled=True, fused=True, static=True)
+    rng = np.random.default_rng(5)
+    pairs = [(nd(np.zeros(7, np.float32)), nd(rng.normal(size=11).astype(np.float32))) for _ in range(3)]
+    want = [np.zeros(7) for _ in pairs]
+    for step in range(2 * G.MAX_FAST + 3):
+        j, start = step % 3, step % 4
+        o, x = pairs[j]
+        graphs.run(lambda: (axpy(o, x, 7, start, 0.5), axpy(o, x, 7, 4 - start, -0.25)))
+        xv = x.to_numpy().astype(np.float64)
+        want[j] += 0.5 * xv[start:start + 7] - 0.25 * xv[4 - start:11 - start]
+        np.testing.assert_allclose(o.to_numpy(), want[j], rtol=1e-5, atol=1e-6)
+    assert graphs.built == 1 and graphs.unfused == 0
+    # Once for each pair of arrays, and once as the first pair's fused kernel is made (``fuse_plan``): the
+    # start of the batch is in neither key.
+    assert len(full) == 4
+    G.MAX_FAST, was = 2, G.MAX_FAST
+    graphs._fast.clear()
+    try:
+        for step in range(9):
+            o, x = pairs[step % 3]
+            graphs.run(lambda: (axpy(o, x, 7, 1, 1.0), axpy(o, x, 7, 2, -1.0)))
+            assert len(graphs._fast) <= 2
+    finally:
+        G.MAX_FAST = was
+    for j, (o, x) in enumerate(pairs):
+        xv = x.to_numpy().astype(np.float64)
+        want[j] += 3 * (xv[1:8] - xv[2:9])
+        np.testing.assert_allclose(o.to_numpy(), want[j], rtol=1e-5, atol=1e-6)
+    assert graphs.built == 1
 
 
 def test_a_loop_bound_that_changes_every_step_stops_specialising(cpu):
