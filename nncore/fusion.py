@@ -235,7 +235,7 @@ class LinearAct:
         self.linear, self.kind, self.nxt = linear, self.KINDS[type(act)], nxt
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
-        shapes = self.linear.scratch_shapes(batch, need_dinp)  # (CUDA: the split forward's partial sums, if any)
+        shapes = self.linear.scratch_shapes(batch, need_dinp)  # (CUDA: the split gradients' partial sums, if any)
         if self.nxt is not None:
             shapes["wn"] = ("v16", K_gemm.strips_shape(self.nxt.out_features, self.nxt.in_features))
         return shapes
@@ -244,8 +244,7 @@ class LinearAct:
         lin = self.linear
         if on_cpu():
             return lin.forward(out, inp, params, scratch, self.kind, packed)
-        K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind,
-                                   partial=scratch.get("partial"))
+        K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind)
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool, sgd=None,
                  panels_only: bool = False) -> None:

@@ -146,8 +146,6 @@ class Linear(Layer):
                 shapes.update(xp=("v16", K_gemm.panels_shape(batch, n_in)), xs=("v16", K_gemm.strips_shape(batch, n_in)))
             return shapes
         shapes = {}
-        if K_tiled.use_split_k(self.in_features, self.out_features):
-            shapes["partial"] = ("f32", (batch, self.out_features * K_tiled.SPLIT))
         n_s = K_tiled.batch_split(batch, self.in_features, self.out_features)
         if n_s > 1 and not K_tiled.use_tiled(self.in_features, self.out_features):  # (gradients split over the batch)
             shapes["dpartial"] = ("f32", (self.out_features * n_s, self.in_features + 1))
@@ -171,7 +169,7 @@ class Linear(Layer):
                 K_gemm.weight_panels(scratch["wt"], params, w_off, self.out_features, self.cl_c)
                 K_gemm.linear_forward_cpu_direct(out, inp, scratch["wt"], params, b_off)
         else:
-            K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, partial=scratch.get("partial"))
+            K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off)
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0, wn=None, sgd=None,
                  panels_only=False):

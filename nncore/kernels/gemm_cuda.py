@@ -225,12 +225,12 @@ def linear_dweight_tiled(dparams, dout, out, inp, w_off: int, b_off: int, kind: 
 
 
 # Few outputs from a long input (the cnn's 10,816 -> 10): a thread per output holds a chain of 10,816
-# dependent multiply-adds and only B x OUT threads run, so the layer is latency-bound. Here SPLIT threads per
-# output share its sum, interleaved: thread s reads elements s, s + SPLIT, s + 2 SPLIT, ... (a warp reads 32
-# neighbouring elements of the input and of the weight row at a time); a second loop adds each output's SPLIT
-# partial sums in order. A fixed order (no atomics, no tree over threads): the same result on every run, and
-# at least as accurate as the single chain.
-SPLIT = 32
+# dependent multiply-adds and only B x OUT threads run, so the layer is latency-bound. Here the 32 threads of a
+# warp share each output's sum, interleaved: lane s reads elements s, s + 32, s + 64, ... (the warp reads 32
+# neighbouring elements of the input and of the weight row at a time), then the warp adds its 32 partial sums by
+# shuffles, a fixed tree (halves, quarters, ...): the same result on every run, in one loop (one task: on CUDA
+# each loop is a launch of its own).
+SPLIT = 32  # the warp's size
 MAX_SPLIT_OUT = 16
 
 
@@ -241,23 +241,20 @@ def use_split_k(in_features: int, out_features: int) -> bool:
 
 
 @kernel
-def linear_forward_split(out: F2, inp: F2, params: F1, partial: F2, w_off: ti.i32, b_off: ti.i32,
-                         kind: ti.template()):
-    # out: (B, OUT) = act(inp @ W.T + b)    partial: (B, OUT * SPLIT) scratch
-    # kind as in linear_forward_tiled
+def linear_forward_split(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.i32, kind: ti.template()):
+    # out: (B, OUT) = act(inp @ W.T + b); kind as in linear_forward_tiled. CUDA only (warp shuffles).
     n_b, n_in, n_out = inp.shape[0], inp.shape[1], out.shape[1]
+    ti.loop_config(block_dim=128)  # (a multiple of 32, and 32 threads an output: each warp is whole outputs)
     for b, o, s in ti.ndrange(n_b, n_out, SPLIT):
         acc = 0.0
         w = w_off + o * n_in
         for k in range((n_in - s + SPLIT - 1) // SPLIT):
             i = s + k * SPLIT
             acc += inp[b, i] * params[w + i]
-        partial[b, o * SPLIT + s] = acc
-    for b, o in ti.ndrange(n_b, n_out):
-        acc = 0.0
-        for s in range(SPLIT):
-            acc += partial[b, o * SPLIT + s]
-        out[b, o] = _act(acc + params[b_off + o], kind)
+        for d in ti.static((16, 8, 4, 2, 1)):
+            acc += ti.simt.warp.shfl_down_f32(ti.u32(0xFFFFFFFF), acc, d)
+        if s == 0:
+            out[b, o] = _act(acc + params[b_off + o], kind)
 
 
 # The weight and bias gradients of a Linear that gets no tiles (few outputs, like the 10-output layers) over a
@@ -288,23 +285,28 @@ def linear_act_backward_split(dinp: F2, dparams: F1, dout: F2, inp: F2, out: F2,
                               w_off: ti.i32, b_off: ti.i32, need_dinp: ti.i32, kind: ti.template()):
     # dinp: (B, IN) f32   dparams[w_off:]: dW (OUT, IN), dparams[b_off:]: db (OUT,)   dout, out: (B, OUT) f32
     # inp: (B, IN) f32   params[w_off:]: W (OUT, IN)   dpartial: (OUT * S, IN + 1) scratch, S: batch_split
+    # The input gradient and the partial sums share one loop (a task fewer: see linear.linear_act_backward).
     n_b, n_out, n_in = dout.shape[0], dout.shape[1], inp.shape[1]
     n_s = dpartial.shape[0] // n_out
-    for b, i in ti.ndrange(n_b * need_dinp, n_in):
-        acc = 0.0
-        for o in range(n_out):
-            acc += _dz(dout, out, b, o, kind) * params[w_off + o * n_in + i]
-        dinp[b, i] = acc
-    for r, i in ti.ndrange(n_out * n_s, n_in + 1):
-        o, s = r // n_s, r % n_s
-        acc = 0.0
-        for k in range((n_b - s + n_s - 1) // n_s):
-            b = s + k * n_s
-            x = 1.0
-            if i < n_in:
-                x = inp[b, i]
-            acc += _dz(dout, out, b, o, kind) * x
-        dpartial[r, i] = acc
+    n_p = n_out * n_s * (n_in + 1)
+    for t in range(n_p + n_b * need_dinp * n_in):
+        if t < n_p:
+            r, i = t // (n_in + 1), t % (n_in + 1)
+            o, s = r // n_s, r % n_s
+            acc = 0.0
+            for k in range((n_b - s + n_s - 1) // n_s):
+                b = s + k * n_s
+                x = 1.0
+                if i < n_in:
+                    x = inp[b, i]
+                acc += _dz(dout, out, b, o, kind) * x
+            dpartial[r, i] = acc
+        else:
+            b, i = (t - n_p) // n_in, (t - n_p) % n_in
+            acc = 0.0
+            for o in range(n_out):
+                acc += _dz(dout, out, b, o, kind) * params[w_off + o * n_in + i]
+            dinp[b, i] = acc
     for o, i in ti.ndrange(n_out, n_in + 1):
         acc = 0.0
         for s in range(n_s):
@@ -315,13 +317,12 @@ def linear_act_backward_split(dinp: F2, dparams: F1, dout: F2, inp: F2, out: F2,
             dparams[b_off + o] = acc
 
 
-def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0, partial=None) -> None:
-    """out (B, OUT) = act(inp @ W.T + b) on CUDA, by the fastest kernel for the shape; kind 0: no activation.
-    ``partial`` is the split forward's scratch, present where ``use_split_k`` holds."""
+def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0) -> None:
+    """out (B, OUT) = act(inp @ W.T + b) on CUDA, by the fastest kernel for the shape; kind 0: no activation."""
     n_in, n_out = inp.shape[1], out.shape[1]
     tm = rows_per_thread(out.shape[0], n_out)
-    if partial is not None:
-        linear_forward_split(out, inp, params, partial, w_off, b_off, kind)
+    if use_split_k(n_in, n_out):
+        linear_forward_split(out, inp, params, w_off, b_off, kind)
     elif use_tiled(n_in, n_out) and tm is not None:
         linear_forward_tiled(out, inp, params, w_off, b_off, kind, tm)
     else:

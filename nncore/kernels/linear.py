@@ -81,19 +81,27 @@ def linear_act_backward(dinp: F2, dparams: F1, dout: F2, inp: F2, out: F2, param
     # dinp: (B, IN) f32   dparams[w_off:]: dW (OUT, IN)   dparams[b_off:]: db (OUT,)
     # dout: (B, OUT) f32 gradient of the activation's output   out: (B, OUT) f32 the activation's output
     # inp: (B, IN) f32   params[w_off:]: W (OUT, IN)
+    # One loop for the three results, which do not depend on each other: on CUDA each loop is a task, and a
+    # task costs a launch (the steps of narrow layers are launch-bound at small batches). The weights first,
+    # whose sums over the batch are the longest.
     n_b, n_out, n_in = dout.shape[0], dout.shape[1], inp.shape[1]
-    for b, i in ti.ndrange(n_b * need_dinp, n_in):
-        acc = 0.0
-        for o in range(n_out):
-            acc += _dz(dout, out, b, o, kind) * params[w_off + o * n_in + i]
-        dinp[b, i] = acc
-    for o, i in ti.ndrange(n_out, n_in):
-        acc = 0.0
-        for b in range(n_b):
-            acc += _dz(dout, out, b, o, kind) * inp[b, i]
-        dparams[w_off + o * n_in + i] = acc
-    for o in range(n_out):
-        acc = 0.0
-        for b in range(n_b):
-            acc += _dz(dout, out, b, o, kind)
-        dparams[b_off + o] = acc
+    n_w = n_out * n_in
+    for t in range(n_w + n_out + n_b * need_dinp * n_in):
+        if t < n_w:
+            o, i = t // n_in, t % n_in
+            acc = 0.0
+            for b in range(n_b):
+                acc += _dz(dout, out, b, o, kind) * inp[b, i]
+            dparams[w_off + t] = acc
+        elif t < n_w + n_out:
+            o = t - n_w
+            acc = 0.0
+            for b in range(n_b):
+                acc += _dz(dout, out, b, o, kind)
+            dparams[b_off + o] = acc
+        else:
+            b, i = (t - n_w - n_out) // n_in, (t - n_w - n_out) % n_in
+            acc = 0.0
+            for o in range(n_out):
+                acc += _dz(dout, out, b, o, kind) * params[w_off + o * n_in + i]
+            dinp[b, i] = acc

@@ -213,7 +213,8 @@ def test_stage_dz_from_next_linear(cpu, rng, kind, act, dact, b, n_out, n_next):
 
 @pytest.mark.parametrize("kind,act", [(1, R.relu), (2, R.sigmoid), (3, np.tanh)])
 def test_linear_act_fused(arch, rng, kind, act):
-    """Linear + activation in one kernel each way (the CUDA fusion), against the float64 composition."""
+    """Linear + activation in one kernel each way (the CUDA fusion), against the float64 composition; without
+    the input gradient asked for, the same parameter gradients and no input gradient written."""
     b, n_in, n_out = 7, 29, 13
     x, w, bias = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in))), f32(rng.normal(size=n_out))
     g = f32(rng.normal(size=(b, n_out)))  # L = sum(act(linear(x)) * g)
@@ -227,6 +228,9 @@ def test_linear_act_fused(arch, rng, kind, act):
     assert np.abs(R.linear(x, w, bias)).min() > 1e-4  # no pre-activation on ReLU's kink
     assert rel_err(dinp.to_numpy(), R.central_diff(lambda v: loss(v, params), x)) < FD_TOL
     assert rel_err(dparams.to_numpy(), R.central_diff(lambda p: loss(x, p), params)) < FD_TOL
+    untouched, again = nd(np.full((b, n_in), 5.0)), zeros(params.size)
+    KL.linear_act_backward(untouched, again, nd(g), nd(x), out, nd(params), 0, w.size, 0, kind)
+    assert np.array_equal(again.to_numpy(), dparams.to_numpy()) and np.all(untouched.to_numpy() == 5.0)
 
 
 @pytest.mark.gpu
@@ -269,7 +273,7 @@ def test_linear_tiled_cuda(rng, b, n_in, n_out, tm, kind, act):
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind,act", [(0, lambda v: v), (2, R.sigmoid), (1, R.relu)])
 @pytest.mark.parametrize("b,n_in,n_out", [(1, 2048, 1), (3, 2081, 10), (67, 10816, 10), (5, 4099, 16),
-                                          (64, 1024, 10), (7, 1031, 3)])
+                                          (64, 1024, 10), (7, 1031, 3), (1000, 1024, 10)])
 def test_linear_split_forward_cuda(rng, b, n_in, n_out, kind, act):
     """The split-input CUDA forward for few outputs, with and without an activation: input lengths that do
     not divide into the slices, against float64, and the same bits on a second run."""
@@ -280,11 +284,11 @@ def test_linear_split_forward_cuda(rng, b, n_in, n_out, kind, act):
     x, w = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in)) / np.sqrt(n_in))
     bias = f32(rng.normal(size=n_out))
     params = np.concatenate([[7.0, -3.0], w.ravel(), bias])
-    out, partial = zeros(b, n_out), zeros(b, n_out * KT.SPLIT)
-    KT.linear_forward_split(out, nd(x), nd(params), partial, 2, 2 + w.size, kind)
+    out = zeros(b, n_out)
+    KT.linear_forward_split(out, nd(x), nd(params), 2, 2 + w.size, kind)
     assert rel_err(out.to_numpy(), act(R.linear(x, w, bias))) < FWD_TOL
     first = out.to_numpy()
-    KT.linear_forward_split(out, nd(x), nd(params), partial, 2, 2 + w.size, kind)
+    KT.linear_forward_split(out, nd(x), nd(params), 2, 2 + w.size, kind)
     assert np.array_equal(out.to_numpy(), first)
 
 
