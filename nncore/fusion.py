@@ -45,14 +45,19 @@ class Part:
         kw = {"packed": True} if packed else {}
         runner.forward(ws.acts[j + 1], ws.acts[i], params, self._scratch(ws), **kw)
 
-    def backward(self, ws, params, dparams, need_dinp: bool, sgd=None, panels_only: bool = False) -> None:
+    def backward(self, ws, params, dparams, need_dinp: bool, sgd=None, panels_only: bool = False,
+                 tail=None) -> None:
         """``sgd`` (optim.SGD.fused()): where ``sgd_range`` is not None, W gets SGD's step instead of its
         gradient (the optimizer then skips that range); ``panels_only``: the new W goes to the workspace's W
-        panels alone (``sync_weight`` copies it back to params)."""
+        panels alone (``sync_weight`` copies it back to params). ``tail`` (optim.SGD.fused(), where
+        ``takes_sgd_tail``): this part's backward is the step's last kernel and runs SGD's step on every
+        parameter."""
         i, j = self.first, self.last
         runner = self.fused or self.layers[0]
         dout = ws.dacts[j + 1 if self.grad_from is None else self.grad_from]
         kw = {"sgd": sgd, "panels_only": panels_only} if sgd is not None and self.sgd_range() is not None else {}
+        if tail is not None:
+            kw["tail"] = tail
         runner.backward(ws.dacts[i], dparams, dout, ws.acts[i], ws.acts[j + 1], params, self._scratch(ws),
                         need_dinp and not self.dinp_elsewhere, **kw)
 
@@ -79,6 +84,15 @@ class Part:
         lin = self._linear()
         K_gemm.weight_from_panels(params, ws.scratch[self.first]["wt"], lin.offsets["weight"], lin.out_features,
                                   lin.cl_c)
+
+    def takes_sgd_tail(self) -> bool:
+        """Whether this part's backward can end a step with SGD's whole step (CUDA: a tiled Linear's weight
+        gradient, its W and b side by side in the parameter buffer; ``linear_dweight_tiled``'s tail)."""
+        lin = self._linear()
+        if on_cpu() or not isinstance(lin, Linear) or not K_tiled.use_tiled(lin.in_features, lin.out_features):
+            return False
+        w, b = lin.offsets["weight"], lin.offsets["bias"]
+        return b == w + lin.in_features * lin.out_features
 
     def sgd_range(self) -> tuple[int, int] | None:
         """The (lo, hi) range of the parameter buffer, a Linear's W, to which backward can apply SGD's step as
@@ -247,7 +261,7 @@ class LinearAct:
         K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind)
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool, sgd=None,
-                 panels_only: bool = False) -> None:
+                 panels_only: bool = False, tail=None) -> None:
         lin, nxt = self.linear, self.nxt
         if on_cpu():
             if nxt is not None:  # dout: the gradient at nxt's output
@@ -255,7 +269,7 @@ class LinearAct:
             return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind,
                                 scratch.get("wn"), sgd, panels_only)
         K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, out, params, lin.offsets["weight"], lin.offsets["bias"],
-                                    need_dinp, self.kind, scratch.get("dpartial"))
+                                    need_dinp, self.kind, scratch.get("dpartial"), tail)
 
 
 def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[Part]:

@@ -172,13 +172,14 @@ class Linear(Layer):
             K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off)
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0, wn=None, sgd=None,
-                 panels_only=False):
+                 panels_only=False, tail=None):
         """``out``: the output of the fused activation (``kind`` > 0, CPU), whose derivative it takes. ``wn``
         (CPU, nncore.fusion.LinearAct): the strips of the next Linear's W, ``dout`` then the gradient at that
         Linear's output, from which the gradient at this layer's output is formed (no input gradient then).
         ``sgd`` (CPU, where ``applies_sgd``: optim.SGD.fused()): W gets SGD's step instead of its gradient, after
         the input gradient has read it; with ``panels_only`` (no input gradient), the new W goes to scratch's W
-        panels alone and params' copy is left out of date (nncore.network keeps track)."""
+        panels alone and params' copy is left out of date (nncore.network keeps track). ``tail`` (CUDA,
+        nncore.fusion.Part.takes_sgd_tail): SGD's step on every parameter in the weight gradient's kernel."""
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         assert not (panels_only and need_dinp)  # (the input gradient reads W from params)
         if self.pooled_in:  # (its input gradient: the fused part's, from dout)
@@ -203,7 +204,7 @@ class Linear(Layer):
                 K_gemm.linear_dweight_cpu_narrow(dparams, scratch["ds"], inp, w_off, self.out_features, self.cl_c)
         else:  # (no activation: the output is never read, dout stands in for it)
             K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, dout, params, w_off, b_off, need_dinp,
-                                        dpartial=scratch.get("dpartial"))
+                                        dpartial=scratch.get("dpartial"), tail=tail)
 
     def applies_sgd(self) -> bool:
         """Whether backward can apply SGD's step to W itself (the CPU's staged weight gradient)."""

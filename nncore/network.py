@@ -28,6 +28,7 @@ from .losses import Loss
 from .optim import SGD
 from .runtime import ti
 
+ALL = ("all",)  # ``_update``'s applied: the step's kernels already ran the optimizer on every parameter
 
 
 def _weights_f32(value, where: str) -> np.ndarray:
@@ -398,13 +399,15 @@ class Sequential:
             raise ConfigError("the network has no loss; give one in the spec (loss = \"cross_entropy\")")
         self.loss.forward_backward(ws.losses, ws.dacts[-1], ws.logits, ws.labels)
 
-    def backward(self, ws: Workspace, sgd=None, keep: frozenset = frozenset()) -> None:
+    def backward(self, ws: Workspace, sgd=None, keep: frozenset = frozenset(), tail=None) -> None:
         """Gradients of every parameter into ``self.grads`` (overwritten, not accumulated); with ``sgd``
         (optim.SGD.fused()), SGD's step applied instead to the W ranges of ``_sgd_applied``; the parts in ``keep``
-        (``_begin_step``) leave their new W in the panels alone."""
+        (``_begin_step``) leave their new W in the panels alone. ``tail`` (``_sgd_tail``): the first part's
+        backward, the last kernel, also runs SGD's step on every parameter."""
         for k in range(len(self.parts) - 1, -1, -1):
             part = self.parts[k]
-            part.backward(ws, self._params, self.grads, self.need_dinp[part.first], sgd, k in keep)
+            part.backward(ws, self._params, self.grads, self.need_dinp[part.first], sgd, k in keep,
+                          tail if k == 0 else None)
 
     def timed_step(self, ws: Workspace, optimizer, gather, reduce=None) -> dict[str, np.ndarray | float]:
         """One training step with a device sync after each part: seconds for ``gather()`` (the batch), each
@@ -430,9 +433,11 @@ class Sequential:
         t["loss"] = (t2 := now()) - t1
         t1 = t2
         sgd = optimizer.fused() if applied else None
+        tail = self._sgd_tail(optimizer, reduce)
         for k in range(n - 1, -1, -1):
             part = self.parts[k]
-            part.backward(ws, self._params, self.grads, self.need_dinp[part.first], sgd, k in keep)
+            part.backward(ws, self._params, self.grads, self.need_dinp[part.first], sgd, k in keep,
+                          tail if k == 0 else None)
             sync()
             bwd[k] = (t2 := now()) - t1
             t1 = t2
@@ -441,7 +446,7 @@ class Sequential:
             sync()
             t["allreduce"] = (t2 := now()) - t1
             t1 = t2
-        self._update(optimizer, applied)
+        self._update(optimizer, ALL if tail is not None else applied)
         self._stepped(ws, parts, keep)
         sync()
         t["optimizer"] = now() - t1
@@ -461,9 +466,19 @@ class Sequential:
             return []
         return [r for p in self.parts if (r := p.sgd_range()) is not None]
 
+    def _sgd_tail(self, optimizer, reduce):
+        """optim.SGD.fused() where the step's last kernel runs SGD's whole step (CUDA: the first part's tiled
+        weight gradient, nncore.fusion.Part.takes_sgd_tail; plain SGD, no all-reduce between backward and
+        update): one kernel fewer a step, and one pass fewer over the parameters. None elsewhere."""
+        if reduce is not None or not isinstance(optimizer, SGD) or not self.parts or not self.parts[0].takes_sgd_tail():
+            return None
+        return optimizer.fused()
+
     def _update(self, optimizer, applied: list) -> None:
         """The optimizer's step on every parameter outside ``applied`` (``_sgd_applied``)."""
-        if applied:
+        if applied is ALL:
+            optimizer.step(self._params, self.grads, [(0, self.n_params)])  # (counts the step; nothing to launch)
+        elif applied:
             optimizer.step(self._params, self.grads, applied)
         else:
             optimizer.step(self._params, self.grads)
@@ -477,18 +492,19 @@ class Sequential:
         itself (``_sgd_applied``), and ``self.grads`` then holds no gradient for those weights."""
         applied = self._sgd_applied(optimizer, reduce)
         parts, keep = self._begin_step(ws, applied)
+        tail = self._sgd_tail(optimizer, reduce)
 
         def launches():
             if gather is not None:
                 gather()
             self.forward(ws)
             self.loss_grad(ws)
-            self.backward(ws, optimizer.fused() if applied else None, keep)
+            self.backward(ws, optimizer.fused() if applied else None, keep, tail)
             if reduce is None:
                 update()
 
         def update():
-            self._update(optimizer, applied)
+            self._update(optimizer, ALL if tail is not None else applied)
             if after is not None:
                 after()
 

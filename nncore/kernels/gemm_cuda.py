@@ -134,7 +134,7 @@ def _b_slot(mode: ti.template(), e):
 @ti.func
 def _tile(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.template(), x: ti.template(),
           dout: ti.template(), out: ti.template(), params: ti.template(), dparams: ti.template(), w_off, b_off,
-          n_in, M, N, K, tile, tid, tiles_n):
+          n_in, M, N, K, tile, tid, tiles_n, sgd: ti.template(), velocity: ti.template(), hyper: ti.template()):
     """One block's (16 TM)x64 tile of C. The next K slice is read from global memory into registers while the
     block multiplies the slice in shared memory, so the loads' latency overlaps the arithmetic."""
     bm = ti.static(16 * tm)
@@ -173,35 +173,80 @@ def _tile(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.tem
                 c[m, n] = acc[r, q]
             else:
                 dparams[w_off + m * n_in + n] = acc[r, q]
+                if ti.static(sgd > 0):
+                    _sgd(params, velocity, w_off + m * n_in + n, acc[r, q], sgd, hyper)
 
 
-@kernel
-def _tiled(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: F2, x: F2, dout: F2, out: F2, params: F1, dparams: F1,
-           w_off: ti.i32, b_off: ti.i32, n_in: ti.i32, M: ti.i32, N: ti.i32, K: ti.i32):
+@ti.func
+def _sgd(params: ti.template(), velocity: ti.template(), i, g, sgd: ti.template(), hyper: ti.template()):
+    """SGD's step on params[i] from its gradient g: nncore.kernels.optim.sgd_step's arithmetic, in its order
+    (``sgd`` 2: with momentum; ``hyper`` = (lr, momentum, weight decay))."""
+    lr, momentum, weight_decay = hyper
+    g = g + weight_decay * params[i]
+    if ti.static(sgd == 2):
+        g = momentum * velocity[i] + g
+        velocity[i] = g
+    params[i] = params[i] - lr * g
+
+
+@ti.func
+def _tiled_loop(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.template(), x: ti.template(),
+                dout: ti.template(), out: ti.template(), params: ti.template(), dparams: ti.template(), w_off, b_off,
+                n_in, M, N, K, sgd: ti.template(), velocity: ti.template(), hyper: ti.template(), lo1, hi1, lo2,
+                hi2):
     tiles_n = (N + BN - 1) // BN
     tiles = ((M + 16 * tm - 1) // (16 * tm)) * tiles_n
     # Mode 2 also sums the bias gradient, in blocks after the tiles' (a thread per output, over the batch in
-    # order): one loop fewer in the step.
+    # order): one loop fewer in the step. With ``sgd`` it is the step's last kernel and also runs SGD's step:
+    # on W and b as their gradients form, and, in blocks after the bias's, on parameters [lo1, hi1) and
+    # [lo2, hi2), whose gradients earlier kernels formed.
     bias_blocks = ((M + THREADS - 1) // THREADS) * ti.static(int(mode == 2))
+    rest_blocks = ((hi1 - lo1 + hi2 - lo2 + THREADS - 1) // THREADS) * ti.static(int(sgd > 0))
     ti.loop_config(block_dim=THREADS)
-    for g in range((tiles + bias_blocks) * THREADS):
+    for g in range((tiles + bias_blocks + rest_blocks) * THREADS):
         tile, tid = g // THREADS, g % THREADS
         if ti.static(mode == 2):
             if tile < tiles:  # (the same branch for a whole block: its syncs stay together)
                 _tile(mode, kind, tm, c, x, dout, out, params, dparams, w_off, b_off, n_in, M, N, K, tile, tid,
-                      tiles_n)
-            else:
+                      tiles_n, sgd, velocity, hyper)
+            elif tile < tiles + bias_blocks:
                 o = (tile - tiles) * THREADS + tid
                 if o < M:
                     acc = 0.0
                     for b in range(K):
                         acc += _dz(dout, out, b, o, kind)
                     dparams[b_off + o] = acc
+                    if ti.static(sgd > 0):
+                        _sgd(params, velocity, b_off + o, acc, sgd, hyper)
+            else:
+                u = (tile - tiles - bias_blocks) * THREADS + tid
+                i = ti.select(u < hi1 - lo1, lo1 + u, lo2 + u - (hi1 - lo1))
+                if i < hi2:
+                    _sgd(params, velocity, i, dparams[i], sgd, hyper)
         else:
-            _tile(mode, kind, tm, c, x, dout, out, params, dparams, w_off, b_off, n_in, M, N, K, tile, tid, tiles_n)
+            _tile(mode, kind, tm, c, x, dout, out, params, dparams, w_off, b_off, n_in, M, N, K, tile, tid, tiles_n,
+                  sgd, velocity, hyper)
+
+
+@kernel
+def _tiled(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: F2, x: F2, dout: F2, out: F2, params: F1, dparams: F1,
+           w_off: ti.i32, b_off: ti.i32, n_in: ti.i32, M: ti.i32, N: ti.i32, K: ti.i32):
+    _tiled_loop(mode, kind, tm, c, x, dout, out, params, dparams, w_off, b_off, n_in, M, N, K, 0, params,
+                (0.0, 0.0, 0.0), 0, 0, 0, 0)
+
+
+@kernel
+def _tiled_sgd(kind: ti.template(), tm: ti.template(), sgd: ti.template(), x: F2, dout: F2, out: F2, params: F1,
+               dparams: F1, velocity: F1, lr: ti.f32, momentum: ti.f32, weight_decay: ti.f32, w_off: ti.i32,
+               b_off: ti.i32, n_in: ti.i32, M: ti.i32, N: ti.i32, K: ti.i32, lo1: ti.i32, hi1: ti.i32, lo2: ti.i32,
+               hi2: ti.i32):
+    # The weight gradient (mode 2) as a step's last kernel, with SGD's whole step (``linear_dweight_tiled``).
+    _tiled_loop(2, kind, tm, x, x, dout, out, params, dparams, w_off, b_off, n_in, M, N, K, sgd, velocity,
+                (lr, momentum, weight_decay), lo1, hi1, lo2, hi2)
 
 
 _tiled.ti.shared_memory = True  # nncore.graph fuses few of these into one kernel (MAX_SHARED)
+_tiled_sgd.ti.shared_memory = True
 
 
 def linear_forward_tiled(out, inp, params, w_off: int, b_off: int, kind: int = 0, tm: int = 4) -> None:
@@ -217,10 +262,28 @@ def linear_dinput_tiled(dinp, dout, out, params, w_off: int, kind: int = 0, tm: 
            dout.shape[1])
 
 
-def linear_dweight_tiled(dparams, dout, out, inp, w_off: int, b_off: int, kind: int = 0, tm: int = 4) -> None:
-    """dW (OUT, IN) = (dout * act'(out)).T @ inp into dparams[w_off:], and db (OUT,) into dparams[b_off:]."""
-    _tiled(2, kind, tm, inp, inp, dout, out, dparams, dparams, w_off, b_off, inp.shape[1], dout.shape[1],
-           inp.shape[1], dout.shape[0])
+def linear_dweight_tiled(dparams, dout, out, inp, w_off: int, b_off: int, kind: int = 0, tm: int = 4,
+                         tail=None) -> None:
+    """dW (OUT, IN) = (dout * act'(out)).T @ inp into dparams[w_off:], and db (OUT,) into dparams[b_off:].
+    ``tail`` = (params, optim.SGD.fused()): this is the step's last kernel, and it also runs SGD's step on every
+    parameter, W and b as their gradients form, the rest from dparams (``sgd_tail_ranges``)."""
+    if tail is None:
+        _tiled(2, kind, tm, inp, inp, dout, out, dparams, dparams, w_off, b_off, inp.shape[1], dout.shape[1],
+               inp.shape[1], dout.shape[0])
+        return
+    params, (sgd, velocity, lr, momentum, weight_decay) = tail
+    (lo1, hi1), (lo2, hi2) = sgd_tail_ranges(params.shape[0], w_off, b_off, dout.shape[1] * inp.shape[1],
+                                             dout.shape[1])
+    _tiled_sgd(kind, tm, sgd, inp, dout, out, params, dparams, velocity, lr, momentum, weight_decay, w_off, b_off,
+               inp.shape[1], dout.shape[1], inp.shape[1], dout.shape[0], lo1, hi1, lo2, hi2)
+
+
+def sgd_tail_ranges(n_params: int, w_off: int, b_off: int, n_w: int, n_b: int) -> tuple:
+    """The parameters outside a Linear's W and b (which must lie side by side): two ranges, either may be empty."""
+    lo, hi = min(w_off, b_off), max(w_off + n_w, b_off + n_b)
+    if hi - lo != n_w + n_b:
+        raise ValueError("the Linear's weight and bias are not side by side in the parameter buffer")
+    return (0, lo), (hi, n_params)
 
 
 
@@ -330,18 +393,24 @@ def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0) 
 
 
 def linear_backward_gpu(dinp, dparams, dout, inp, out, params, w_off: int, b_off: int, need_dinp: bool,
-                        kind: int = 0, dpartial=None) -> None:
+                        kind: int = 0, dpartial=None, tail=None) -> None:
     """Weight, bias and (if ``need_dinp``) input gradients of Linear (+ activation ``kind``) on CUDA.
-    ``dpartial``: the batch-split gradients' scratch (``linear_act_backward_split``), for a layer without tiles."""
+    ``dpartial``: the batch-split gradients' scratch (``linear_act_backward_split``), for a layer without tiles.
+    ``tail`` (optim.SGD.fused(), for a tiled layer only): the weight gradient's kernel also runs SGD's step on
+    every parameter (``linear_dweight_tiled``)."""
     n_in, n_out = inp.shape[1], dout.shape[1]
     if use_tiled(n_in, n_out):  # dW: OUT x IN tiles, whatever the batch
-        linear_dweight_tiled(dparams, dout, out, inp, w_off, b_off, kind, rows_per_thread(n_out, n_in) or 4)
         tm = rows_per_thread(dinp.shape[0], n_in)
-        if need_dinp and tm is not None:
+        if need_dinp and tm is not None:  # (before dW: with a ``tail``, that kernel changes W)
             linear_dinput_tiled(dinp, dout, out, params, w_off, kind, tm)
         elif need_dinp:
             K_lin.linear_act_dinput(dinp, dout, out, params, w_off, kind)
-    elif dpartial is not None:
+        linear_dweight_tiled(dparams, dout, out, inp, w_off, b_off, kind, rows_per_thread(n_out, n_in) or 4,
+                             None if tail is None else (params, tail))
+        return
+    if tail is not None:
+        raise ValueError("only a tiled Linear's weight gradient runs SGD's step (takes_sgd_tail)")
+    if dpartial is not None:
         linear_act_backward_split(dinp, dparams, dout, inp, out, params, dpartial, w_off, b_off, int(need_dinp),
                                   kind)
     else:

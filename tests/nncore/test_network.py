@@ -514,3 +514,47 @@ def test_cuda_gradients_split_over_the_batch_equal_the_cpus(rng, loss, act):
         net.backward(ws)
         grads[arch] = net.grads.to_numpy()
     assert rel_err(grads["cuda"], grads["cpu-serial"]) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [33, 64, 257])
+@pytest.mark.parametrize("opt_kw", [{"lr": 0.05}, {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}],
+                         ids=["sgd", "momentum-decay"])
+def test_cuda_sgd_in_the_last_kernel_equals_the_optimizers_step(rng, batch, opt_kw):
+    """On CUDA the first part's tiled weight gradient, the step's last kernel, also runs SGD's step on every
+    parameter (``_sgd_tail``): its own W and b as they form, the rest from their gradients. After 20 steps,
+    graph and part-by-part, weights, velocity and gradients equal those of the same steps with the optimizer's
+    own kernel, and cpu-serial's to float32 rounding; the step holds a kernel fewer."""
+    spec = [{"type": "Linear", "out_features": 70}, {"type": "Sigmoid"}, {"type": "Linear", "out_features": 65},
+            {"type": "ReLU"}, {"type": "Linear", "out_features": 7}]
+    data = [(rng.normal(size=(batch, 97)), rng.integers(0, 7, size=batch)) for _ in range(20)]
+    ends = {}
+    for arch, tail, timed in (("cuda", True, False), ("cuda", True, True), ("cuda", False, False),
+                              ("cpu-serial", False, False)):
+        runtime.ensure(arch)
+        net = Sequential(spec, [97], "cross_entropy", seed=3)
+        if not tail:
+            net._sgd_tail = lambda *a: None
+        opt = SGD(net.n_params, **opt_kw)
+        ws, launches = net.workspace(batch), None
+        for x, y in data:
+            ws.load(x, y)
+            if timed:
+                net.timed_step(ws, opt, gather=lambda: None)
+            else:
+                net.train_step(ws, opt)
+        if arch == "cuda" and not timed:
+            assert (net._sgd_tail(opt, None) is not None) == tail
+            launches = net.graphs.launches[0]
+        ends[arch, tail, timed] = (net.params.to_numpy(), opt.state_dict()["velocity"], net.grads.to_numpy(),
+                                   launches, opt.steps)
+    got, timed, want, cpu = (ends[k] for k in (("cuda", True, False), ("cuda", True, True), ("cuda", False, False),
+                                                ("cpu-serial", False, False)))
+    for a in got[:3]:
+        assert np.all(np.isfinite(a))
+    for ours in (got, timed):
+        for a, b in zip(ours[:3], want[:3]):
+            np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(got[0], cpu[0], rtol=1e-4, atol=1e-5)
+    assert got[3] == want[3] - 1 and got[4] == want[4] == timed[4] == 20
+    assert not np.array_equal(got[0], Sequential(spec, [97], "cross_entropy", seed=3).params.to_numpy())
