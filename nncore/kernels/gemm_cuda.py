@@ -274,6 +274,7 @@ def linear_dweight_tiled(dparams, dout, out, inp, w_off: int, b_off: int, kind: 
     params, (sgd, velocity, lr, momentum, weight_decay) = tail
     (lo1, hi1), (lo2, hi2) = sgd_tail_ranges(params.shape[0], w_off, b_off, dout.shape[1] * inp.shape[1],
                                              dout.shape[1])
+    velocity = velocity if sgd == 2 else params  # (unread without momentum: no ndarray more for the launch)
     _tiled_sgd(kind, tm, sgd, inp, dout, out, params, dparams, velocity, lr, momentum, weight_decay, w_off, b_off,
                inp.shape[1], dout.shape[1], inp.shape[1], dout.shape[0], lo1, hi1, lo2, hi2)
 
