@@ -37,13 +37,24 @@ class Part:
     dinp_elsewhere: bool = False  # a later part computes this part's input gradient where it uses it
     scratch_from: int | None = None  # this part also reads that part's scratch (a fused part's packed W)
 
-    def forward(self, ws, params, packed: bool = False) -> None:
+    def forward(self, ws, params, packed: bool = False, loss=None) -> None:
         """``packed``: the workspace's panels of this part's W hold W as it is now (nncore.network says when),
-        so the forward need not pack them (only for a part with an ``sgd_range``)."""
+        so the forward need not pack them (only for a part with an ``sgd_range``). ``loss`` (the network's
+        Loss, where ``forms_loss``): the forward also forms the loss and its gradient into ``ws``."""
         i, j = self.first, self.last
         runner = self.fused or self.layers[0]
         kw = {"packed": True} if packed else {}
+        if loss is not None:
+            kw["loss"] = (ws.losses, ws.dacts[j + 1], ws.labels, loss.row)
         runner.forward(ws.acts[j + 1], ws.acts[i], params, self._scratch(ws), **kw)
+
+    def forms_loss(self) -> bool:
+        """Whether this part, the network's last, can form the loss in its forward's kernel (CUDA: a Linear of
+        few outputs with the split forward, ``gemm_cuda.linear_forward_split_loss``)."""
+        if on_cpu() or not (self.fused is None or isinstance(self.fused, LinearAct)):
+            return False
+        lin = self._linear()
+        return isinstance(lin, Linear) and K_tiled.use_split_k(lin.in_features, lin.out_features)
 
     def backward(self, ws, params, dparams, need_dinp: bool, sgd=None, panels_only: bool = False,
                  tail=None) -> None:
@@ -254,11 +265,11 @@ class LinearAct:
             shapes["wn"] = ("v16", K_gemm.strips_shape(self.nxt.out_features, self.nxt.in_features))
         return shapes
 
-    def forward(self, out, inp, params, scratch, packed: bool = False) -> None:
+    def forward(self, out, inp, params, scratch, packed: bool = False, loss=None) -> None:
         lin = self.linear
         if on_cpu():
             return lin.forward(out, inp, params, scratch, self.kind, packed)
-        K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind)
+        K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind, loss)
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool, sgd=None,
                  panels_only: bool = False, tail=None) -> None:

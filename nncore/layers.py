@@ -151,9 +151,11 @@ class Linear(Layer):
             shapes["dpartial"] = ("f32", (self.out_features * n_s, self.in_features + 1))
         return shapes
 
-    def forward(self, out, inp, params, scratch, kind=0, packed=False):
+    def forward(self, out, inp, params, scratch, kind=0, packed=False, loss=None):
         """``kind``: the activation fused after it on the CPU (nncore.fusion.LinearAct; 0 none), which needs the
-        staged kernels (``K_gemm.staging_pays``). ``packed`` (CPU): scratch's W panels already hold this W."""
+        staged kernels (``K_gemm.staging_pays``). ``packed`` (CPU): scratch's W panels already hold this W.
+        ``loss`` (CUDA, nncore.fusion.Part.forms_loss): (losses, dlogits, labels, the loss's row function), formed
+        in the same kernel."""
         w_off, b_off = self.offsets["weight"], self.offsets["bias"]
         if self.pooled_in:
             K_conv_cpu.pack_linear_weights(scratch["wc"], params, w_off, self.cl_c)
@@ -169,7 +171,7 @@ class Linear(Layer):
                 K_gemm.weight_panels(scratch["wt"], params, w_off, self.out_features, self.cl_c)
                 K_gemm.linear_forward_cpu_direct(out, inp, scratch["wt"], params, b_off)
         else:
-            K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off)
+            K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, 0, loss)
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0, wn=None, sgd=None,
                  panels_only=False, tail=None):

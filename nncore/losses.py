@@ -77,5 +77,10 @@ class Loss:
     def forward_backward(self, losses, dlogits, logits, labels) -> None:
         getattr(K, LOSSES[self.name])(losses, dlogits, logits, labels)
 
+    @property
+    def row(self):
+        """The loss's row function (one sample; nncore.kernels.loss.ROWS), for kernels that form it themselves."""
+        return K.ROWS[LOSSES[self.name]]
+
     def __repr__(self) -> str:
         return f"Loss({self.name!r}, outputs={self.outputs})"

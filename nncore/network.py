@@ -380,12 +380,20 @@ class Sequential:
                       for dtype, shape in part.scratch_shapes(batch, self.need_dinp[part.first]).values())
         return 4 * batch * (per_sample + 8) + scratch
 
-    def forward(self, ws: Workspace):
+    def forward(self, ws: Workspace, with_loss: bool = False):
+        """The logits of the batch in ``ws``; ``with_loss`` (where ``_loss_in_forward``): the last part's kernel
+        also forms the loss and its gradient, as ``loss_grad`` would."""
         self._check_live()
         packed = self._panels_for(ws)
+        last = len(self.parts) - 1
         for k, part in enumerate(self.parts):
-            part.forward(ws, self._params, k in packed)
+            part.forward(ws, self._params, k in packed, self.loss if with_loss and k == last else None)
         return ws.logits
+
+    def _loss_in_forward(self) -> bool:
+        """Whether a step forms the loss in the last part's forward kernel (CUDA: a last Linear of few outputs,
+        nncore.fusion.Part.forms_loss): one kernel fewer a step."""
+        return self.loss is not None and bool(self.parts) and self.parts[-1].forms_loss()
 
     def _stepped(self, ws: Workspace, parts: frozenset, keep: frozenset) -> None:
         """After a step on ``ws`` whose backward applied SGD to the W of ``parts`` (``_begin_step``): their panels
@@ -402,12 +410,12 @@ class Sequential:
     def backward(self, ws: Workspace, sgd=None, keep: frozenset = frozenset(), tail=None) -> None:
         """Gradients of every parameter into ``self.grads`` (overwritten, not accumulated); with ``sgd``
         (optim.SGD.fused()), SGD's step applied instead to the W ranges of ``_sgd_applied``; the parts in ``keep``
-        (``_begin_step``) leave their new W in the panels alone. ``tail`` (``_sgd_tail``): the first part's
-        backward, the last kernel, also runs SGD's step on every parameter."""
+        (``_begin_step``) leave their new W in the panels alone. ``tail`` (``_sgd_tail``: (k, SGD's fused())): part
+        k's backward, the step's last kernel, also runs SGD's step on every parameter."""
         for k in range(len(self.parts) - 1, -1, -1):
             part = self.parts[k]
             part.backward(ws, self._params, self.grads, self.need_dinp[part.first], sgd, k in keep,
-                          tail if k == 0 else None)
+                          tail[1] if tail is not None and k == tail[0] else None)
 
     def timed_step(self, ws: Workspace, optimizer, gather, reduce=None) -> dict[str, np.ndarray | float]:
         """One training step with a device sync after each part: seconds for ``gather()`` (the batch), each
@@ -437,7 +445,7 @@ class Sequential:
         for k in range(n - 1, -1, -1):
             part = self.parts[k]
             part.backward(ws, self._params, self.grads, self.need_dinp[part.first], sgd, k in keep,
-                          tail if k == 0 else None)
+                          tail[1] if tail is not None and k == tail[0] else None)
             sync()
             bwd[k] = (t2 := now()) - t1
             t1 = t2
@@ -467,12 +475,17 @@ class Sequential:
         return [r for p in self.parts if (r := p.sgd_range()) is not None]
 
     def _sgd_tail(self, optimizer, reduce):
-        """optim.SGD.fused() where the step's last kernel runs SGD's whole step (CUDA: the first part's tiled
-        weight gradient, nncore.fusion.Part.takes_sgd_tail; plain SGD, no all-reduce between backward and
-        update): one kernel fewer a step, and one pass fewer over the parameters. None elsewhere."""
-        if reduce is not None or not isinstance(optimizer, SGD) or not self.parts or not self.parts[0].takes_sgd_tail():
+        """(k, optim.SGD.fused()) where the step's last kernel, part k's backward, runs SGD's whole step (CUDA: the
+        first part with kernels, after leading Flattens, a tiled Linear's weight gradient,
+        nncore.fusion.Part.takes_sgd_tail; plain SGD, no all-reduce between backward and update): one kernel
+        fewer a step, and one pass fewer over the parameters. None elsewhere."""
+        if reduce is not None or not isinstance(optimizer, SGD):
             return None
-        return optimizer.fused()
+        for k, part in enumerate(self.parts):
+            if part.fused is None and all(isinstance(layer, Flatten) for layer in part.layers):
+                continue  # (a Flatten launches nothing)
+            return (k, optimizer.fused()) if part.takes_sgd_tail() else None
+        return None
 
     def _update(self, optimizer, applied: list) -> None:
         """The optimizer's step on every parameter outside ``applied`` (``_sgd_applied``)."""
@@ -493,12 +506,14 @@ class Sequential:
         applied = self._sgd_applied(optimizer, reduce)
         parts, keep = self._begin_step(ws, applied)
         tail = self._sgd_tail(optimizer, reduce)
+        with_loss = self._loss_in_forward()
 
         def launches():
             if gather is not None:
                 gather()
-            self.forward(ws)
-            self.loss_grad(ws)
+            self.forward(ws, with_loss)
+            if not with_loss:
+                self.loss_grad(ws)
             self.backward(ws, optimizer.fused() if applied else None, keep, tail)
             if reduce is None:
                 update()

@@ -20,7 +20,7 @@ activation.
 """
 import taichi as ti
 
-from . import F1, F2, kernel
+from . import F1, F2, I1, kernel
 from . import linear as K_lin
 from .linear import _act, _dz
 
@@ -321,6 +321,36 @@ def linear_forward_split(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.
             out[b, o] = _act(acc + params[b_off + o], kind)
 
 
+LOSS_BLOCK = 32 * MAX_SPLIT_OUT  # a block a sample: a warp for each of up to MAX_SPLIT_OUT outputs
+
+
+@kernel
+def linear_forward_split_loss(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.i32, losses: F1,
+                              dlogits: F2, labels: I1, kind: ti.template(), row: ti.template()):
+    # ``linear_forward_split`` of the network's last Linear (out: the logits, (B, OUT), OUT <= MAX_SPLIT_OUT) and
+    # the loss in the same loop: a block a sample, warp o forms output o as linear_forward_split does (the same
+    # sums, the same bits), then the block's first thread forms the sample's loss share and gradient row with
+    # the loss's row function (nncore.kernels.loss.ROWS). One task where the two were two.
+    n_b, n_in, n_out = inp.shape[0], inp.shape[1], out.shape[1]
+    ti.loop_config(block_dim=LOSS_BLOCK)
+    for t in range(n_b * LOSS_BLOCK):
+        b, o, s = t // LOSS_BLOCK, t % LOSS_BLOCK // SPLIT, t % SPLIT
+        if o < n_out:  # (whole warps)
+            acc = 0.0
+            w = w_off + o * n_in
+            for k in range((n_in - s + SPLIT - 1) // SPLIT):
+                i = s + k * SPLIT
+                acc += inp[b, i] * params[w + i]
+            for d in ti.static((16, 8, 4, 2, 1)):
+                acc += ti.simt.warp.shfl_down_f32(ti.u32(0xFFFFFFFF), acc, d)
+            if s == 0:
+                out[b, o] = _act(acc + params[b_off + o], kind)
+        ti.simt.block.sync()  # (the sample's outputs, written to global memory, seen by the whole block)
+        if o == 0 and s == 0:
+            row(losses, dlogits, out, labels, b)
+
+
+
 # The weight and bias gradients of a Linear that gets no tiles (few outputs, like the 10-output layers) over a
 # large batch: a thread per weight holds a chain of B multiply-adds and only OUT x IN threads run (10,240 for
 # net-1h's 1,024 -> 10), and the bias's OUT threads run chains of B alone. Here S threads per weight share the
@@ -381,11 +411,18 @@ def linear_act_backward_split(dinp: F2, dparams: F1, dout: F2, inp: F2, out: F2,
             dparams[b_off + o] = acc
 
 
-def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0) -> None:
-    """out (B, OUT) = act(inp @ W.T + b) on CUDA, by the fastest kernel for the shape; kind 0: no activation."""
+def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0, loss=None) -> None:
+    """out (B, OUT) = act(inp @ W.T + b) on CUDA, by the fastest kernel for the shape; kind 0: no activation.
+    ``loss`` = (losses, dlogits, labels, row function): out are the logits, and the loss is formed with them
+    (``linear_forward_split_loss``; only where ``use_split_k`` holds)."""
     n_in, n_out = inp.shape[1], out.shape[1]
     tm = rows_per_thread(out.shape[0], n_out)
-    if use_split_k(n_in, n_out):
+    if loss is not None:
+        if not use_split_k(n_in, n_out):
+            raise ValueError("only the split forward of few outputs forms the loss (Part.forms_loss)")
+        losses, dlogits, labels, row = loss
+        linear_forward_split_loss(out, inp, params, w_off, b_off, losses, dlogits, labels, kind, row)
+    elif use_split_k(n_in, n_out):
         linear_forward_split(out, inp, params, w_off, b_off, kind)
     elif use_tiled(n_in, n_out) and tm is not None:
         linear_forward_tiled(out, inp, params, w_off, b_off, kind, tm)

@@ -34,62 +34,84 @@ def _log1p(z: ti.f32) -> ti.f32:
     return ti.select(z <= 1.0, series, ti.log(1.0 + z))
 
 
-@sized(lambda losses, dlogits, logits, labels: 10 * n_elems(logits))
-def softmax_xent_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
-    # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32 in [0, K)
+# Each loss is a row function (one sample: its loss share and its gradient row) and a kernel looping it over the
+# batch; nncore.kernels.gemm_cuda.linear_forward_split_loss calls the row functions where the last Linear's
+# forward forms the loss in the same loop.
+@ti.func
+def xent_row(losses: ti.template(), dlogits: ti.template(), logits: ti.template(), labels: ti.template(), b):
     # Relative to the max m, never through m + log(s): that sum rounds to ulp(m), which swamps log(s) and the
     # probabilities once logits are large (1e7). x - m is <= 0 or -inf, so exp gives no inf or NaN. e = s - 1
     # is summed without the max's own term, so log(s) = log1p(e) keeps the loss's precision when one class
     # dominates. A NaN first logit stays the max (nothing is > NaN), so NaN anywhere gives a NaN loss.
     n_b, k = logits.shape[0], logits.shape[1]
+    m, jm = logits[b, 0], 0
+    for j in range(1, k):
+        take = logits[b, j] > m
+        m = ti.select(take, logits[b, j], m)
+        jm = ti.select(take, j, jm)
+    e = 0.0
+    for j in range(k):
+        e += ti.select(j == jm, 0.0, ti.exp(logits[b, j] - m))
+    y = labels[b]
+    losses[b] = ((m - logits[b, y]) + _log1p(e)) / n_b
+    for j in range(k):
+        p = ti.exp(logits[b, j] - m) / (1.0 + e)
+        dlogits[b, j] = (p - (1.0 if j == y else 0.0)) / n_b
+
+
+@ti.func
+def bce_row(losses: ti.template(), dlogits: ti.template(), logits: ti.template(), labels: ti.template(), b):
+    n_b, k = logits.shape[0], logits.shape[1]
+    scale = 1.0 / (n_b * k)
+    acc = 0.0
+    for j in range(k):
+        x = logits[b, j]
+        t = _target(labels[b], j, k)
+        # max(x,0) - x*t + log1p(exp(-|x|)): finite for every x, and exact to rounding where the first
+        # terms cancel (x = 20, t = 1: not 0).
+        acc += ti.max(x, 0.0) - x * t + _log1p(ti.exp(-ti.abs(x)))
+        dlogits[b, j] = (sigmoid(x) - t) * scale
+    losses[b] = acc * scale
+
+
+@ti.func
+def mse_row(losses: ti.template(), dlogits: ti.template(), logits: ti.template(), labels: ti.template(), b):
+    n_b, k = logits.shape[0], logits.shape[1]
+    scale = 1.0 / (n_b * k)
+    acc = 0.0
+    for j in range(k):
+        d = logits[b, j] - _target(labels[b], j, k)
+        acc += d * d
+        dlogits[b, j] = 2.0 * d * scale
+    losses[b] = acc * scale
+
+
+@sized(lambda losses, dlogits, logits, labels: 10 * n_elems(logits))
+def softmax_xent_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
+    # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32 in [0, K)
     ti.loop_config(serialize=runtime.serial)
-    for b in range(n_b):
-        m, jm = logits[b, 0], 0
-        for j in range(1, k):
-            take = logits[b, j] > m
-            m = ti.select(take, logits[b, j], m)
-            jm = ti.select(take, j, jm)
-        e = 0.0
-        for j in range(k):
-            e += ti.select(j == jm, 0.0, ti.exp(logits[b, j] - m))
-        y = labels[b]
-        losses[b] = ((m - logits[b, y]) + _log1p(e)) / n_b
-        for j in range(k):
-            p = ti.exp(logits[b, j] - m) / (1.0 + e)
-            dlogits[b, j] = (p - (1.0 if j == y else 0.0)) / n_b
+    for b in range(logits.shape[0]):
+        xent_row(losses, dlogits, logits, labels, b)
 
 
 @sized(lambda losses, dlogits, logits, labels: 10 * n_elems(logits))
 def bce_logits_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
     # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32
-    n_b, k = logits.shape[0], logits.shape[1]
-    scale = 1.0 / (n_b * k)
     ti.loop_config(serialize=runtime.serial)
-    for b in range(n_b):
-        acc = 0.0
-        for j in range(k):
-            x = logits[b, j]
-            t = _target(labels[b], j, k)
-            # max(x,0) - x*t + log1p(exp(-|x|)): finite for every x, and exact to rounding where the first
-            # terms cancel (x = 20, t = 1: not 0).
-            acc += ti.max(x, 0.0) - x * t + _log1p(ti.exp(-ti.abs(x)))
-            dlogits[b, j] = (sigmoid(x) - t) * scale
-        losses[b] = acc * scale
+    for b in range(logits.shape[0]):
+        bce_row(losses, dlogits, logits, labels, b)
 
 
 @sized(lambda losses, dlogits, logits, labels: 3 * n_elems(logits))
 def mse_forward_backward(losses: F1, dlogits: F2, logits: F2, labels: I1):
     # losses: (B,) f32   dlogits: (B, K) f32   logits: (B, K) f32   labels: (B,) i32
-    n_b, k = logits.shape[0], logits.shape[1]
-    scale = 1.0 / (n_b * k)
     ti.loop_config(serialize=runtime.serial)
-    for b in range(n_b):
-        acc = 0.0
-        for j in range(k):
-            d = logits[b, j] - _target(labels[b], j, k)
-            acc += d * d
-            dlogits[b, j] = 2.0 * d * scale
-        losses[b] = acc * scale
+    for b in range(logits.shape[0]):
+        mse_row(losses, dlogits, logits, labels, b)
+
+
+ROWS = {"softmax_xent_forward_backward": xent_row, "bce_logits_forward_backward": bce_row,
+        "mse_forward_backward": mse_row}
 
 
 @kernel

@@ -517,22 +517,25 @@ def test_cuda_gradients_split_over_the_batch_equal_the_cpus(rng, loss, act):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("batch", [33, 64, 257])
+@pytest.mark.parametrize("batch,flat", [(33, False), (64, True), (257, False)])
 @pytest.mark.parametrize("opt_kw", [{"lr": 0.05}, {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}],
                          ids=["sgd", "momentum-decay"])
-def test_cuda_sgd_in_the_last_kernel_equals_the_optimizers_step(rng, batch, opt_kw):
+def test_cuda_sgd_in_the_last_kernel_equals_the_optimizers_step(rng, batch, flat, opt_kw):
     """On CUDA the first part's tiled weight gradient, the step's last kernel, also runs SGD's step on every
-    parameter (``_sgd_tail``): its own W and b as they form, the rest from their gradients. After 20 steps,
-    graph and part-by-part, weights, velocity and gradients equal those of the same steps with the optimizer's
-    own kernel, and cpu-serial's to float32 rounding; the step holds a kernel fewer."""
+    parameter (``_sgd_tail``): its own W and b as they form, the rest from their gradients; after a leading
+    Flatten (no kernel) too, as the seed networks have. After 20 steps, graph and part-by-part, weights,
+    velocity and gradients equal those of the same steps with the optimizer's own kernel, and cpu-serial's to
+    float32 rounding; the step holds a kernel fewer."""
     spec = [{"type": "Linear", "out_features": 70}, {"type": "Sigmoid"}, {"type": "Linear", "out_features": 65},
             {"type": "ReLU"}, {"type": "Linear", "out_features": 7}]
-    data = [(rng.normal(size=(batch, 97)), rng.integers(0, 7, size=batch)) for _ in range(20)]
+    shape = [1, 97] if flat else [97]
+    spec = [{"type": "Flatten"}] * flat + spec
+    data = [(rng.normal(size=(batch, *shape)), rng.integers(0, 7, size=batch)) for _ in range(20)]
     ends = {}
     for arch, tail, timed in (("cuda", True, False), ("cuda", True, True), ("cuda", False, False),
                               ("cpu-serial", False, False)):
         runtime.ensure(arch)
-        net = Sequential(spec, [97], "cross_entropy", seed=3)
+        net = Sequential(spec, shape, "cross_entropy", seed=3)
         if not tail:
             net._sgd_tail = lambda *a: None
         opt = SGD(net.n_params, **opt_kw)
@@ -557,4 +560,44 @@ def test_cuda_sgd_in_the_last_kernel_equals_the_optimizers_step(rng, batch, opt_
             np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
     np.testing.assert_allclose(got[0], cpu[0], rtol=1e-4, atol=1e-5)
     assert got[3] == want[3] - 1 and got[4] == want[4] == timed[4] == 20
-    assert not np.array_equal(got[0], Sequential(spec, [97], "cross_entropy", seed=3).params.to_numpy())
+    assert not np.array_equal(got[0], Sequential(spec, shape, "cross_entropy", seed=3).params.to_numpy())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("loss,act,n_out", [("cross_entropy", None, 10), ("mse", "Sigmoid", 10), ("bce", None, 1),
+                                            ("bce", "Sigmoid", 16), ("cross_entropy", "ReLU", 3)])
+def test_cuda_loss_in_the_last_forward_equals_the_loss_kernel(rng, loss, act, n_out):
+    """On CUDA a last Linear of few outputs forms the loss in its forward's kernel (``_loss_in_forward``): after
+    20 steps (batch 37, input 1,031: odd sizes), graph and part-by-part, weights and per-sample losses equal
+    those of the same steps with the loss's own kernel, and cpu-serial's to float32 rounding; the step holds a
+    kernel fewer."""
+    spec = [{"type": "Flatten"}, {"type": "Linear", "out_features": n_out}] + ([{"type": act}] if act else [])
+    data = [(rng.normal(size=(37, 1, 1031)), rng.integers(0, max(n_out, 2), size=37)) for _ in range(20)]
+    ends = {}
+    for arch, fused, timed in (("cuda", True, False), ("cuda", True, True), ("cuda", False, False),
+                               ("cpu-serial", False, False)):
+        runtime.ensure(arch)
+        net = Sequential(spec, [1, 1031], loss, seed=3)
+        if not fused:
+            net._loss_in_forward = lambda: False
+        opt = SGD(net.n_params, lr=0.1)
+        ws, launches = net.workspace(37), None
+        for x, y in data:
+            ws.load(x, y)
+            if timed:
+                net.timed_step(ws, opt, gather=lambda: None)
+            else:
+                net.train_step(ws, opt)
+        if arch == "cuda" and not timed:
+            assert net._loss_in_forward() == fused
+            launches = net.graphs.launches[0]
+        ends[arch, fused, timed] = (net.params.to_numpy(), ws.losses.to_numpy(), launches)
+    got, timed, want, cpu = (ends[k] for k in (("cuda", True, False), ("cuda", True, True), ("cuda", False, False),
+                                                ("cpu-serial", False, False)))
+    assert np.all(np.isfinite(got[0])) and np.all(got[1] != 0)
+    for ours in (got, timed):
+        np.testing.assert_allclose(ours[0], want[0], rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(ours[1], want[1], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(got[0], cpu[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got[1], cpu[1], rtol=1e-4, atol=1e-7)
+    assert got[2] == want[2] - 1
