@@ -23,6 +23,7 @@ from .fusion import plan
 from .graph import StepGraphs
 from .layers import LAYER_TYPES, Flatten, Layer, MaxPool2D, ReLU, init_params
 from .limits import check_index
+from .kernels import gemm_cuda as K_tiled
 from .kernels import on_cpu
 from .losses import Loss
 from .optim import SGD
@@ -390,10 +391,12 @@ class Sequential:
             part.forward(ws, self._params, k in packed, self.loss if with_loss and k == last else None)
         return ws.logits
 
-    def _loss_in_forward(self) -> bool:
-        """Whether a step forms the loss in the last part's forward kernel (CUDA: a last Linear of few outputs,
-        nncore.fusion.Part.forms_loss): one kernel fewer a step."""
-        return self.loss is not None and bool(self.parts) and self.parts[-1].forms_loss()
+    def _loss_in_forward(self, batch: int) -> bool:
+        """Whether a step on ``batch`` samples forms the loss in the last part's forward kernel (CUDA: a last
+        Linear of few outputs, nncore.fusion.Part.forms_loss, on at most gemm_cuda.LOSS_JOIN_MAX_BATCH samples):
+        one kernel fewer a step."""
+        return (self.loss is not None and batch <= K_tiled.LOSS_JOIN_MAX_BATCH and bool(self.parts)
+                and self.parts[-1].forms_loss())
 
     def _stepped(self, ws: Workspace, parts: frozenset, keep: frozenset) -> None:
         """After a step on ``ws`` whose backward applied SGD to the W of ``parts`` (``_begin_step``): their panels
@@ -477,14 +480,19 @@ class Sequential:
     def _sgd_tail(self, optimizer, reduce):
         """(k, optim.SGD.fused()) where the step's last kernel, part k's backward, runs SGD's whole step (CUDA: the
         first part with kernels, after leading Flattens, a tiled Linear's weight gradient,
-        nncore.fusion.Part.takes_sgd_tail; plain SGD, no all-reduce between backward and update): one kernel
-        fewer a step, and one pass fewer over the parameters. None elsewhere."""
+        nncore.fusion.Part.takes_sgd_tail, with at most gemm_cuda.SGD_TAIL_MAX_REST other parameters; plain SGD,
+        no all-reduce between backward and update): one kernel fewer a step, and one pass fewer over the
+        parameters. None elsewhere."""
         if reduce is not None or not isinstance(optimizer, SGD):
             return None
         for k, part in enumerate(self.parts):
             if part.fused is None and all(isinstance(layer, Flatten) for layer in part.layers):
                 continue  # (a Flatten launches nothing)
-            return (k, optimizer.fused()) if part.takes_sgd_tail() else None
+            if not part.takes_sgd_tail():
+                return None
+            lin = part._linear()
+            rest = self.n_params - lin.out_features * (lin.in_features + 1)
+            return (k, optimizer.fused()) if rest <= K_tiled.SGD_TAIL_MAX_REST else None
         return None
 
     def _update(self, optimizer, applied: list) -> None:
@@ -506,7 +514,7 @@ class Sequential:
         applied = self._sgd_applied(optimizer, reduce)
         parts, keep = self._begin_step(ws, applied)
         tail = self._sgd_tail(optimizer, reduce)
-        with_loss = self._loss_in_forward()
+        with_loss = self._loss_in_forward(ws.batch)
 
         def launches():
             if gather is not None:

@@ -279,6 +279,12 @@ def linear_dweight_tiled(dparams, dout, out, inp, w_off: int, b_off: int, kind: 
                inp.shape[1], dout.shape[1], inp.shape[1], dout.shape[0], lo1, hi1, lo2, hi2)
 
 
+# The most parameters outside its own W and b that a weight-gradient kernel steps in SGD's tail (its extra
+# blocks, one parameter a thread, are scheduled with the tile kernel's registers): net-2h's 1.06 million made its
+# step at batch 1000 on the H200 709 against 638 us with the optimizer's own kernel; net-1h's 10,250 cost nothing.
+SGD_TAIL_MAX_REST = 65536
+
+
 def sgd_tail_ranges(n_params: int, w_off: int, b_off: int, n_w: int, n_b: int) -> tuple:
     """The parameters outside a Linear's W and b (which must lie side by side): two ranges, either may be empty."""
     lo, hi = min(w_off, b_off), max(w_off + n_w, b_off + n_b)
@@ -322,6 +328,10 @@ def linear_forward_split(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.
 
 
 LOSS_BLOCK = 32 * MAX_SPLIT_OUT  # a block a sample: a warp for each of up to MAX_SPLIT_OUT outputs
+# The loss joins the forward only for batches up to this: there the host bounds the step and a task fewer is
+# what counts; at batch 1000 on the H200, where the GPU bounds it, the joined kernel cost cnn32 6% (254 against
+# 240 us a step; its 16-warp blocks wait on their first thread's loss row). docs/LOG.md, 2026-11-26, afternoon.
+LOSS_JOIN_MAX_BATCH = 512
 
 
 @kernel

@@ -528,7 +528,7 @@ def test_cuda_sgd_in_the_last_kernel_equals_the_optimizers_step(rng, batch, flat
     float32 rounding; the step holds a kernel fewer."""
     spec = [{"type": "Linear", "out_features": 70}, {"type": "Sigmoid"}, {"type": "Linear", "out_features": 65},
             {"type": "ReLU"}, {"type": "Linear", "out_features": 7}]
-    shape = [1, 97] if flat else [97]
+    shape = [1, 1, 97] if flat else [97]
     spec = [{"type": "Flatten"}] * flat + spec
     data = [(rng.normal(size=(batch, *shape)), rng.integers(0, 7, size=batch)) for _ in range(20)]
     ends = {}
@@ -572,14 +572,14 @@ def test_cuda_loss_in_the_last_forward_equals_the_loss_kernel(rng, loss, act, n_
     those of the same steps with the loss's own kernel, and cpu-serial's to float32 rounding; the step holds a
     kernel fewer."""
     spec = [{"type": "Flatten"}, {"type": "Linear", "out_features": n_out}] + ([{"type": act}] if act else [])
-    data = [(rng.normal(size=(37, 1, 1031)), rng.integers(0, max(n_out, 2), size=37)) for _ in range(20)]
+    data = [(rng.normal(size=(37, 1, 1, 1031)), rng.integers(0, max(n_out, 2), size=37)) for _ in range(20)]
     ends = {}
     for arch, fused, timed in (("cuda", True, False), ("cuda", True, True), ("cuda", False, False),
                                ("cpu-serial", False, False)):
         runtime.ensure(arch)
-        net = Sequential(spec, [1, 1031], loss, seed=3)
+        net = Sequential(spec, [1, 1, 1031], loss, seed=3)
         if not fused:
-            net._loss_in_forward = lambda: False
+            net._loss_in_forward = lambda batch: False
         opt = SGD(net.n_params, lr=0.1)
         ws, launches = net.workspace(37), None
         for x, y in data:
@@ -589,7 +589,7 @@ def test_cuda_loss_in_the_last_forward_equals_the_loss_kernel(rng, loss, act, n_
             else:
                 net.train_step(ws, opt)
         if arch == "cuda" and not timed:
-            assert net._loss_in_forward() == fused
+            assert net._loss_in_forward(37) == fused
             launches = net.graphs.launches[0]
         ends[arch, fused, timed] = (net.params.to_numpy(), ws.losses.to_numpy(), launches)
     got, timed, want, cpu = (ends[k] for k in (("cuda", True, False), ("cuda", True, True), ("cuda", False, False),
@@ -601,3 +601,28 @@ def test_cuda_loss_in_the_last_forward_equals_the_loss_kernel(rng, loss, act, n_
     np.testing.assert_allclose(got[0], cpu[0], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got[1], cpu[1], rtol=1e-4, atol=1e-7)
     assert got[2] == want[2] - 1
+
+
+def test_the_step_joins_kernels_only_where_it_pays(monkeypatch):
+    """Where the GPU bounds the step, the joined kernels cost more than the task they save: SGD's tail only with
+    at most SGD_TAIL_MAX_REST other parameters, the loss in the forward only up to LOSS_JOIN_MAX_BATCH samples.
+    (The CUDA conditions before those, seen from the CPU: the parts are asked as on CUDA.)"""
+    from nncore import fusion
+    from nncore.kernels import gemm_cuda as KT
+
+    monkeypatch.setattr(fusion, "on_cpu", lambda: False)
+    small = Sequential([{"type": "Flatten"}, {"type": "Linear", "out_features": 64}, {"type": "Sigmoid"},
+                        {"type": "Linear", "out_features": 10}], [1, 1, 1024], "mse", seed=0)
+    wide = Sequential([{"type": "Linear", "out_features": 64}, {"type": "ReLU"},
+                       {"type": "Linear", "out_features": 1100}, {"type": "ReLU"},
+                       {"type": "Linear", "out_features": 10}], [1024], "cross_entropy", seed=0)
+    rest = lambda net: net.n_params - 64 * 1025  # noqa: E731
+    assert rest(small) <= KT.SGD_TAIL_MAX_REST < rest(wide)
+    opt = SGD(small.n_params)
+    assert small._sgd_tail(opt, None)[0] == 1  # past the Flatten
+    assert small._sgd_tail(opt, reduce=lambda: None) is None and small._sgd_tail(Adam(small.n_params), None) is None
+    assert wide._sgd_tail(SGD(wide.n_params), None) is None
+    narrow = Sequential([{"type": "Linear", "out_features": 10}, {"type": "Sigmoid"}], [1100], "mse", seed=0)
+    assert narrow._loss_in_forward(KT.LOSS_JOIN_MAX_BATCH)
+    assert not narrow._loss_in_forward(KT.LOSS_JOIN_MAX_BATCH + 1)
+    assert not small._loss_in_forward(64)  # (its last Linear has 64 inputs: no split forward)
