@@ -380,7 +380,7 @@ class StepGraphs:
         self.static = self.fused and (static_default() if static is None else static)
         self._graphs: dict = {}
         self._variants: dict = {}  # (signature, sharing) -> static graphs built for it
-        self._fast: dict = {}  # ``_fast_key`` -> the entry of its ``_key``
+        self._fast: dict = {}  # ``_fast_key`` -> the entry its ``_key`` found or built
         self._gen = runtime.generation()
         self.built = self.fallbacks = self.unfused = 0
         self.launches = (0, 0)  # the last run's kernel calls: as recorded, and as launched after fusion
@@ -404,15 +404,19 @@ class StepGraphs:
             for kern, _, _ in calls:
                 _slots(kern)
             fast = _fast_key(calls, self.static)
-        entry = self._fast.get(fast)
+        try:
+            entry = self._fast.get(fast)
+        except TypeError:  # an argument that cannot be hashed (a NumPy array for an ndarray): the full key only
+            entry = fast = None
         if entry is None:
             key = _key(calls, self.fused, self.static)
             entry = self._graphs.get(key)
             if entry is None:
                 entry = self._new(calls, key)
-            if len(self._fast) >= MAX_FAST:
-                self._fast.clear()
-            self._fast[fast] = entry
+            if fast is not None:
+                if len(self._fast) >= MAX_FAST:
+                    self._fast.clear()
+                self._fast[fast] = entry
         graph, plan, binds = entry
         self.launches = (len(calls), len(plan) if plan is not None else len(calls))
         if graph is False:

@@ -496,7 +496,8 @@ class Sequential:
         return None
 
     def _update(self, optimizer, applied: list) -> None:
-        """The optimizer's step on every parameter outside ``applied`` (``_sgd_applied``)."""
+        """The optimizer's step on every parameter outside ``applied`` (``_sgd_applied``); with ``ALL``
+        (``_sgd_tail``: the step's kernels ran it) only the optimizer's count of steps."""
         if applied is ALL:
             optimizer.step(self._params, self.grads, [(0, self.n_params)])  # (counts the step; nothing to launch)
         elif applied:
@@ -510,7 +511,9 @@ class Sequential:
         batch in) and ``after()`` (e.g. the loss into a running sum) are more kernel launches that run before
         and after the step. Where compute graphs are on (by default, see nncore.graph), the launches run as
         one graph (two around a ``reduce``). For plain SGD on the CPU, backward updates the wide Linears' W
-        itself (``_sgd_applied``), and ``self.grads`` then holds no gradient for those weights."""
+        itself (``_sgd_applied``), and ``self.grads`` then holds no gradient for those weights. On CUDA the last
+        backward kernel may run SGD's whole step (``_sgd_tail``; the gradients are still written) and the last
+        forward kernel may form the loss (``_loss_in_forward``)."""
         applied = self._sgd_applied(optimizer, reduce)
         parts, keep = self._begin_step(ws, applied)
         tail = self._sgd_tail(optimizer, reduce)

@@ -76,8 +76,8 @@ class SGD(Optimizer):
         self.steps += 1
 
     def fused(self) -> tuple:
-        """What a weight-gradient kernel needs to apply this step itself (gemm_cpu.linear_dweight_cpu's sgd,
-        velocity, lr, momentum, weight_decay)."""
+        """What a weight-gradient kernel needs to apply this step itself (gemm_cpu.linear_dweight_cpu's sgd, and
+        on CUDA gemm_cuda.linear_dweight_tiled's tail): (mode, velocity, lr, momentum, weight_decay)."""
         return 2 if self.momentum != 0.0 else 1, self.state["velocity"], self.lr, self.momentum, self.weight_decay
 
     def __repr__(self):

@@ -18,7 +18,8 @@ def sgd_step(params: F1, velocity: F1, grads: F1, lr: ti.f32, momentum: ti.f32, 
     # params, velocity, grads: (P,) f32, updated at [lo, hi); velocity starts at zero, which makes step 1 equal
     # PyTorch's clone(g). Without momentum the velocity is neither read nor written (as PyTorch keeps no buffer
     # then): the step is memory-bound, and that is 12 bytes per parameter instead of 20.
-    # (gemm_cpu.linear_dweight_cpu applies the same arithmetic to a Linear's weights as it forms their gradient.)
+    # (gemm_cpu.linear_dweight_cpu applies the same arithmetic to a Linear's weights as it forms their gradient,
+    # and on CUDA gemm_cuda._sgd to every parameter in the step's last kernel.)
     run = runtime.stream_run
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range((hi - lo + run - 1) // run):

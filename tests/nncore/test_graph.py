@@ -84,7 +84,7 @@ def test_scalar_arguments_take_their_parameters_types(cpu):
         for i in o:
             o[i] = scale * i + shift
 
-    graphs = G.StepGraphs(enabled=True)
+    graphs = G.StepGraphs(enabled=True, static=False)  # (a static graph fixes its integers: another test)
     graphs.run(lambda: fill(out, 3, 2.0))
     np.testing.assert_array_equal(out.to_numpy(), [2.0, 5.0, 8.0, 11.0])
     graphs.run(lambda: fill(out, 0.5, -1))  # same graph, new values
@@ -337,3 +337,18 @@ def test_a_loop_bound_that_changes_every_step_stops_specialising(cpu):
         np.testing.assert_array_equal(out.to_numpy(), want)
         out.fill(0.0)
     assert graphs.built == G.MAX_VARIANTS + 1 and graphs.unfused == 0
+
+
+def test_a_step_with_an_unhashable_argument_runs_by_its_full_key(cpu):
+    """A NumPy array given for an ndarray parameter cannot be part of the fast cache's key: the step finds its
+    graph by the full key every time, with the right results, and the cache stays empty."""
+    @kernel
+    def add(o: ti.types.ndarray(dtype=ti.f32, ndim=1), x: ti.types.ndarray(dtype=ti.f32, ndim=1)):
+        for i in range(o.shape[0]):
+            o[i] = o[i] + x[i]
+
+    out, graphs = nd(np.zeros(5, np.float32)), G.StepGraphs(enabled=True)
+    for k in range(3):
+        graphs.run(lambda: add(out, np.full(5, k + 1, np.float32)))
+    np.testing.assert_array_equal(out.to_numpy(), np.full(5, 6.0))
+    assert not graphs._fast
