@@ -42,7 +42,7 @@ def rows_per_thread(m: int, n: int) -> int | None:
     """4, 2 or 1: the tallest tiles (64, 32 or 16 rows) of which an m x n product has MIN_TILES, else 16-row
     tiles where there are FEW_TILES of them; None where even those are fewer (the one-thread-per-output kernels,
     with m * n threads, finish sooner there). A batch of 64 through 784 -> 1024 makes 16 tiles of 64 rows, 64 of
-    16; a batch of 256, 128 tiles of 32 rows (on the H100, 57 us against 76 for 64 tiles of 64 rows)."""
+    16; a batch of 256, 128 tiles of 32 rows (faster there than 64 tiles of 64 rows; docs/LOG.md)."""
     for tm in (4, 2, 1):
         if -(-m // (16 * tm)) * -(-n // BN) >= MIN_TILES:
             return tm
@@ -281,7 +281,7 @@ def linear_dweight_tiled(dparams, dout, out, inp, w_off: int, b_off: int, kind: 
 
 # The most parameters outside its own W and b that a weight-gradient kernel steps in SGD's tail (its extra
 # blocks, one parameter a thread, are scheduled with the tile kernel's registers): net-2h's 1.06 million made its
-# step at batch 1000 on the H200 709 against 638 us with the optimizer's own kernel; net-1h's 10,250 cost nothing.
+# step at batch 1000 11% slower than with the optimizer's own kernel (docs/LOG.md, 2026-11-26, afternoon).
 SGD_TAIL_MAX_REST = 65536
 
 
@@ -329,8 +329,8 @@ def linear_forward_split(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.
 
 LOSS_BLOCK = 32 * MAX_SPLIT_OUT  # a block a sample: a warp for each of up to MAX_SPLIT_OUT outputs
 # The loss joins the forward only for batches up to this: there the host bounds the step and a task fewer is
-# what counts; at batch 1000 on the H200, where the GPU bounds it, the joined kernel cost cnn32 6% (254 against
-# 240 us a step; its 16-warp blocks wait on their first thread's loss row). docs/LOG.md, 2026-11-26, afternoon.
+# what counts; at batch 1000, where the GPU bounds it, the joined kernel cost cnn32 6% of its step (its 16-warp
+# blocks wait on their first thread's loss row; docs/LOG.md, 2026-11-26, afternoon).
 LOSS_JOIN_MAX_BATCH = 512
 
 
@@ -372,7 +372,7 @@ MAX_SPLIT_B = 16
 # partial sums' extra pass costs more than it saves (the cnn's 10,816 -> 10 ran 5-9% slower split on the H200).
 SPLIT_B_WEIGHTS = 32768
 # Nor batches under this: their chains are short, and the extra loop (a task of its own) cost net-1h 8-12% of
-# its step at batch 64 and 256 on the H200, where at 1000 the split gained 12% (docs/LOG.md, 2026-11-26).
+# its step at batch 64 and 256, where at 1000 the split gained (docs/LOG.md, 2026-11-26).
 SPLIT_B_BATCH = 512
 
 
