@@ -35,6 +35,7 @@ import operator
 import os
 import types
 
+from . import cudagraph
 from . import kernels as _k
 from . import runtime
 from .runtime import ti
@@ -383,6 +384,9 @@ class StepGraphs:
         self._fast: dict = {}  # ``_fast_key`` -> the entry its ``_key`` found or built
         self._gen = runtime.generation()
         self.built = self.fallbacks = self.unfused = 0
+        self.replays = self.unreplayed = 0  # CUDA-graph replays built (``_replay``), and steps that could not have one
+        self._ran = False
+        self.cuda_graphs: bool | None = None  # replays on CUDA; None: ``cudagraph.enabled()``
         self.launches = (0, 0)  # the last run's kernel calls: as recorded, and as launched after fusion
 
     def run(self, fn) -> None:
@@ -391,9 +395,7 @@ class StepGraphs:
             fn()
             return
         if self._gen != runtime.generation():
-            self._graphs.clear()
-            self._variants.clear()
-            self._fast.clear()
+            self.close()
             self._gen = runtime.generation()
         calls = record(fn)
         if not calls:
@@ -412,6 +414,7 @@ class StepGraphs:
             key = _key(calls, self.fused, self.static)
             entry = self._graphs.get(key)
             if entry is None:
+                self._ran = False
                 entry = self._new(calls, key)
             if fast is not None:
                 if len(self._fast) >= MAX_FAST:
@@ -419,7 +422,11 @@ class StepGraphs:
                 self._fast[fast] = entry
         graph, plan, binds = entry
         self.launches = (len(calls), len(plan) if plan is not None else len(calls))
-        if graph is False:
+        if self._ran:  # building it ran this step (``_replay``)
+            self._ran = False
+        elif binds is None and plan is not None:
+            graph.run(apply_plan(plan, calls))
+        elif graph is False:
             launch(apply_plan(plan, calls) if plan is not None else calls)
         else:  # the graph's arguments straight from the recorded calls (``_binds``)
             _run_graph(graph, _args(binds, calls))
@@ -438,6 +445,33 @@ class StepGraphs:
         entry = self._graphs[key] = self._build(calls, len(key) == 3)
         return entry
 
+    def close(self) -> None:
+        """Drop every graph (their CUDA resources freed)."""
+        for entry in self._graphs.values():
+            if isinstance(entry[0], cudagraph.Replay):
+                entry[0].close()
+        self._graphs.clear()
+        self._variants.clear()
+        self._fast.clear()
+
+    def _replay(self, plan, calls):
+        """The fused step as a CUDA graph (nncore.cudagraph): its kernels launched once through Taichi, traced,
+        which runs this step (``_ran``); then their tasks captured. None where a replay cannot be built (counted
+        in ``unreplayed``): the step goes on as Taichi's compute graph."""
+        launches = apply_plan(plan, calls)
+        traced = cudagraph.traced(launches)
+        self._ran = True
+        if traced is not None:
+            try:
+                replay = cudagraph.Replay(launches, traced)
+                self.built += 1
+                self.replays += 1
+                return replay
+            except (cudagraph.CudaError, TypeError, OSError):
+                pass
+        self.unreplayed += 1
+        return None
+
     def _build(self, calls, static: bool) -> tuple:
         """(graph, fuse_plan, _binds) for this launch sequence: the fused step's graph where ``fused`` is on, else
         (or if that fails to build: ``unfused`` counts it) the recorded launches' graph (plan None), else (False,
@@ -445,6 +479,10 @@ class StepGraphs:
         if self.fused:
             try:
                 plan = fuse_plan(calls, static)
+                if not _k.on_cpu() and (cudagraph.enabled() if self.cuda_graphs is None else self.cuda_graphs):
+                    replay = self._replay(plan, calls)
+                    if replay is not None:
+                        return replay, plan, None
                 graph = build(apply_plan(plan, calls))
                 self.built += 1
                 return graph, plan, _binds(plan)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout too
-from nncore import runtime, graph as G
+from nncore import runtime, graph as G, cudagraph
 from nncore.bench import POOL, workload_model, _data, device_pool
 from nncore.network import Sequential
 from nncore.optim import SGD
@@ -49,6 +49,7 @@ def wrap(owner, name, label):
 
 for nm, lab in [("record", "record"), ("_key", "key"), ("_args", "args"), ("_run_graph", "launch")]:
     wrap(G, nm, lab)
+wrap(cudagraph.Replay, "run", "replay")
 
 for name in names:
     for batch in batches:
@@ -77,7 +78,8 @@ for name in names:
         runtime.sync()
         tt = time.perf_counter() - t0
         rec, lau = net.graphs.launches
-        print(f"{name} b{batch} fused={net.graphs.fused} static={net.graphs.static} launches {rec}->{lau}: "
+        print(f"{name} b{batch} fused={net.graphs.fused} static={net.graphs.static} launches {rec}->{lau} "
+              f"replays {net.graphs.replays}/{net.graphs.unreplayed}: "
               f"step {1e6*tt/N:.1f} us, host {1e6*th/N:.1f} us, "
               + ", ".join(f"{k} {1e6*v/N:.1f}" for k, v in acc.items()) + f"; first 5 steps {first:.2f} s", flush=True)
         if PROF:

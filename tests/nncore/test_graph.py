@@ -195,6 +195,51 @@ def test_fused_step_with_tiled_products(name, batch, rng):
     _fused_against_parts("cuda", workload_model(name), batch, 5, rng, max_launches=3)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,batch", [("odd-mlp", 33), ("odd-cnn", 33), ("net-1h", 33), ("net-1h-relu", 64),
+                                        ("net-2h", 256), ("cnn32", 1000), ("cnn64", 64), ("cnn256", 33)])
+def test_cuda_graph_replay_equals_taichis_graph(name, batch, rng):
+    """The fused step replayed as a CUDA graph of its own PTX (nncore.cudagraph) against the same fused kernel
+    launched from Taichi's compute graph, 20 steps of SGD with momentum through the trainer's gather (the batch's
+    start changes every step), then 3 on a batch of 5 (another workspace, another graph).
+    The same code with the same grid and block: the same bits, but where the conv weight gradient sums with
+    atomics (its order varies between runs: within float32 rounding over 20 steps, rtol 1e-4, atol 1e-5)."""
+    from nncore.bench import workload_model, device_pool, POOL
+    from nncore.kernels.data import gather_rows
+
+    runtime.ensure("cuda")
+    spec = FUSED_NETS.get(name, name)
+    spec = spec if isinstance(spec, dict) else workload_model(spec)
+    net0 = Sequential.from_spec(spec, seed=3)
+    n_out = net0.out_shape[0]
+    pool = max(POOL // 8, 2 * batch)
+    x = rng.random((pool, *spec["input"]), dtype=np.float32)
+    y = rng.integers(0, n_out, pool)
+    xs, ys, order = device_pool(x, y)
+    ends = []
+    # The replay first: a kernel compiled before its traced launch has no PTX to replay (it would run as
+    # Taichi's graph, counted in ``unreplayed``), and both runs share the fused kernel (graph._fused).
+    for replay in (True, False):
+        net = Sequential.from_spec(spec, seed=3)
+        net.graphs = G.StepGraphs(enabled=True, fused=True)
+        net.graphs.cuda_graphs = replay
+        opt = SGD(net.n_params, lr=0.05, momentum=0.9)
+        for b, steps in ((batch, 20), (5, 3)):
+            ws = net.workspace(b)
+            for s in range(steps):
+                start = (s * 7 * b + 5) % (pool - b + 1)
+                net.train_step(ws, opt, gather=lambda: gather_rows(ws.x, ws.labels, xs, ys, order, start))
+        g = net.graphs
+        assert g.unfused == 0 and g.replays == (2 if replay else 0) and g.unreplayed == 0, vars(g)
+        ends.append(net.params.to_numpy())
+    got, want = ends
+    assert not np.array_equal(want, net0.params.to_numpy())  # it trained
+    if "cnn" in name:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
 def test_fused_kernels_hold_few_shared_memory_parts(cpu, rng):
     """fuse_plan splits a step so that each fused kernel has at most MAX_SHARED kernels flagged shared_memory and
     its ndarrays before its scalars; the split step computes what the kernels launched one by one compute."""
@@ -269,10 +314,11 @@ def test_a_static_kernel_fixes_every_integer_but_the_varying_ones(cpu):
     assert {"start", "step"} <= G.VARYING
 
 
-def test_a_step_on_other_arrays_finds_its_own_graph(cpu, monkeypatch):
+def test_a_step_on_other_arrays_finds_its_own_graph(arch, monkeypatch):
     """The fast cache (``_fast_key``) keys on the recorded ndarrays themselves: a step on other arrays of the
     same shapes reuses the graph built for those shapes, with the new arrays' values; a repeated step finds its
-    graph without forming the full key; the cache empties itself when full and stays right."""
+    graph without forming the full key; the cache empties itself when full and stays right. On CUDA the graph is
+    a CUDA-graph replay (nncore.cudagraph), whose argument buffer must follow the arrays and the start."""
     @kernel
     def axpy(o: ti.types.ndarray(dtype=ti.f32, ndim=1), x: ti.types.ndarray(dtype=ti.f32, ndim=1), n: ti.i32,
              start: ti.i32, a: ti.f32):
@@ -294,6 +340,7 @@ def test_a_step_on_other_arrays_finds_its_own_graph(cpu, monkeypatch):
         want[j] += 0.5 * xv[start:start + 7] - 0.25 * xv[4 - start:11 - start]
         np.testing.assert_allclose(o.to_numpy(), want[j], rtol=1e-5, atol=1e-6)
     assert graphs.built == 1 and graphs.unfused == 0
+    assert graphs.replays == (arch == "cuda") and graphs.unreplayed == 0
     # Once for each pair of arrays, and once as the first pair's fused kernel is made (``fuse_plan``): the
     # start of the batch is in neither key.
     assert len(full) == 4
