@@ -196,36 +196,55 @@ def _tiled_loop(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: 
                 hi2):
     tiles_n = (N + BN - 1) // BN
     tiles = ((M + 16 * tm - 1) // (16 * tm)) * tiles_n
-    # Mode 2 also sums the bias gradient, in blocks after the tiles' (a thread per output, over the batch in
-    # order): one loop fewer in the step. With ``sgd`` it is the step's last kernel and also runs SGD's step:
-    # on W and b as their gradients form, and, in blocks after the bias's, on parameters [lo1, hi1) and
-    # [lo2, hi2), whose gradients earlier kernels formed.
+    # Mode 2 also sums the bias gradient, in blocks of its own (a thread per output, over the batch in order):
+    # one loop fewer in the step. With ``sgd`` it is the step's last kernel and also runs SGD's step: on W and b
+    # as their gradients form, and, in blocks after the bias's, on parameters [lo1, hi1) and [lo2, hi2), whose
+    # gradients earlier kernels formed. Those blocks come first in the grid: a bias thread's sum is a long chain
+    # that would otherwise start after the last tile's block and finish alone.
     bias_blocks = ((M + THREADS - 1) // THREADS) * ti.static(int(mode == 2))
     rest_blocks = ((hi1 - lo1 + hi2 - lo2 + THREADS - 1) // THREADS) * ti.static(int(sgd > 0))
     ti.loop_config(block_dim=THREADS)
     for g in range((tiles + bias_blocks + rest_blocks) * THREADS):
-        tile, tid = g // THREADS, g % THREADS
+        block, tid = g // THREADS, g % THREADS
         if ti.static(mode == 2):
-            if tile < tiles:  # (the same branch for a whole block: its syncs stay together)
-                _tile(mode, kind, tm, c, x, dout, out, params, dparams, w_off, b_off, n_in, M, N, K, tile, tid,
-                      tiles_n, sgd, velocity, hyper)
-            elif tile < tiles + bias_blocks:
-                o = (tile - tiles) * THREADS + tid
+            if block < bias_blocks:  # (the same branch for a whole block: its syncs stay together)
+                o = block * THREADS + tid
                 if o < M:
-                    acc = 0.0
-                    for b in range(K):
-                        acc += _dz(dout, out, b, o, kind)
+                    acc = _column_sum(dout, out, o, K, kind)
                     dparams[b_off + o] = acc
                     if ti.static(sgd > 0):
                         _sgd(params, velocity, b_off + o, acc, sgd, hyper)
+            elif block < bias_blocks + rest_blocks:
+                if ti.static(sgd > 0):  # (no such blocks without SGD: rest_blocks is 0)
+                    u = (block - bias_blocks) * THREADS + tid
+                    i = ti.select(u < hi1 - lo1, lo1 + u, lo2 + u - (hi1 - lo1))
+                    if i < hi2:
+                        _sgd(params, velocity, i, dparams[i], sgd, hyper)
             else:
-                u = (tile - tiles - bias_blocks) * THREADS + tid
-                i = ti.select(u < hi1 - lo1, lo1 + u, lo2 + u - (hi1 - lo1))
-                if i < hi2:
-                    _sgd(params, velocity, i, dparams[i], sgd, hyper)
+                _tile(mode, kind, tm, c, x, dout, out, params, dparams, w_off, b_off, n_in, M, N, K,
+                      block - bias_blocks - rest_blocks, tid, tiles_n, sgd, velocity, hyper)
         else:
-            _tile(mode, kind, tm, c, x, dout, out, params, dparams, w_off, b_off, n_in, M, N, K, tile, tid, tiles_n,
+            _tile(mode, kind, tm, c, x, dout, out, params, dparams, w_off, b_off, n_in, M, N, K, block, tid, tiles_n,
                   sgd, velocity, hyper)
+
+
+@ti.func
+def _column_sum(dout: ti.template(), out: ti.template(), o, K, kind: ti.template()):
+    """The bias gradient of output o: dz[b, o] summed over b = 0, 1, ..., K - 1, in that order. Four rows are
+    read before they are added, so four loads are in flight instead of one (the additions keep their order, and
+    so the result its bits)."""
+    acc = 0.0
+    for b4 in range(K // 4):
+        b = 4 * b4
+        v0, v1 = _dz(dout, out, b, o, kind), _dz(dout, out, b + 1, o, kind)
+        v2, v3 = _dz(dout, out, b + 2, o, kind), _dz(dout, out, b + 3, o, kind)
+        acc += v0
+        acc += v1
+        acc += v2
+        acc += v3
+    for b in range(K - K % 4, K):
+        acc += _dz(dout, out, b, o, kind)
+    return acc
 
 
 @kernel
