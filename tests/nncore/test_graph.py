@@ -135,7 +135,7 @@ ODD_MLP = {"input": [50], "layers": [{"type": "Linear", "out_features": 37}, {"t
                                      {"type": "Linear", "out_features": 50}, {"type": "ReLU"},
                                      {"type": "Linear", "out_features": 7}], "loss": "mse"}
 FUSED_NETS = {"odd-mlp": ODD_MLP, "odd-cnn": CNN, "net-1h": "net-1h", "net-1h-relu": "net-1h-relu",
-              "net-2h": "net-2h", "cnn64": "cnn64", "cnn256": "cnn256"}
+              "net-2h": "net-2h", "cnn32": "cnn32", "cnn64": "cnn64", "cnn256": "cnn256"}
 
 
 def _fused_against_parts(arch, spec, batch, steps, rng, max_launches, static=None):
@@ -177,7 +177,7 @@ def test_fused_step_equals_part_by_part(arch, name, static, rng):
     runs, so within float32 rounding accumulated over 20 steps (rtol 1e-4, atol 1e-5)."""
     from nncore.bench import workload_model
 
-    if arch != "cuda" and name in ("net-1h-relu", "net-2h", "cnn64", "cnn256"):
+    if arch != "cuda" and name in ("net-1h-relu", "net-2h", "cnn32", "cnn64", "cnn256"):
         pytest.skip("these seed networks run on the GPU only (CI's CPU time); the CPU has the odd ones and net-1h")
     spec = FUSED_NETS[name] if isinstance(FUSED_NETS[name], dict) else workload_model(FUSED_NETS[name])
     _fused_against_parts(arch, spec, 33, 20, rng, max_launches=3, static=static)
