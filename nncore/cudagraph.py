@@ -111,52 +111,72 @@ def _compiled_key(kern, args, in_place):
         return kern._primal.ensure_compiled(*args)
 
 
+class NotTraced(RuntimeError):
+    """The traced launch could not be set up (a temporary directory, a file descriptor); nothing was launched."""
+
+
+_libc = ctypes.CDLL(None)
+
+
 def traced(launches) -> list | None:
     """Launch ``launches`` ((kernel, args, in place), as ``graph.apply_plan`` makes them) through Taichi, each
     kernel compiled in the meantime dumping its PTX and each launch logging its tasks. Returns per launch
     (tasks, ptx): tasks [(name, grid, block)], ptx the module text; None where a kernel was compiled before and
-    was never traced (its PTX is gone). The launches run in any case: the step is done."""
+    was never traced (its PTX is gone) or the PTX could not be read. The launches have run then all the same:
+    the step is done. Raises NotTraced, having launched nothing, where the trace cannot be set up."""
     from .kernels import _launch
     _fresh()
     cfg = _impl.get_runtime().prog.config()
     level = next((lv for lv in ("trace", "debug", "info", "warn", "error", "critical")
                   if _is_effective(lv)), "critical")
-    tmp = tempfile.mkdtemp(prefix="layerlab-ptx-")
-    log_path = os.path.join(tmp, "launches.log")
-    cwd = os.getcwd()
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
+    try:
+        tmp = tempfile.mkdtemp(prefix="layerlab-ptx-")
+        cwd = os.getcwd()
+        log = open(os.path.join(tmp, "launches.log"), "w+")
+        saved = os.dup(1), os.dup(2)
+    except OSError as e:
+        if "tmp" in locals():
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise NotTraced(str(e)) from e
     found = []
     try:
-        with open(log_path, "w+") as log:
-            os.dup2(log.fileno(), 1)
-            os.dup2(log.fileno(), 2)
-            os.chdir(tmp)  # Taichi writes the PTX to the working directory
-            cfg.print_kernel_asm = True
-            ti.set_logging_level("trace")
-            try:
-                for kern, args, in_place in launches:
-                    key = _compiled_key(kern, args, in_place)
-                    at = log.tell()
-                    _launch(kern, args, in_place)
-                    log.flush()
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        os.chdir(tmp)  # Taichi writes the PTX to the working directory
+        cfg.print_kernel_asm = True
+        ti.set_logging_level("trace")
+        try:
+            for kern, args, in_place in launches:  # (every one launched, whatever the log does)
+                key = _compiled_key(kern, args, in_place)
+                _libc.fflush(None)  # Taichi's log lines out of the C library's buffer
+                at = log.seek(0, 2)  # (the log's descriptor and fd 1 share one offset)
+                _launch(kern, args, in_place)
+                tasks = []
+                try:
+                    _libc.fflush(None)
                     log.seek(at)
                     tasks = [(n, int(g), int(b)) for n, g, b in _LAUNCH.findall(log.read())]
                     log.seek(0, 2)
-                    found.append(((kern, key), tasks))
-            finally:
-                ti.set_logging_level(level)
-                cfg.print_kernel_asm = False
-                os.chdir(cwd)
-                os.dup2(saved[0], 1)
-                os.dup2(saved[1], 2)
+                except (OSError, ValueError):  # (an unreadable log: no replay)
+                    pass
+                found.append(((kern, key), tasks))
+        finally:
+            ti.set_logging_level(level)
+            cfg.print_kernel_asm = False
+            os.chdir(cwd)
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
         for path in sorted(glob.glob(os.path.join(tmp, "*.ptx"))):
             with open(path) as f:
                 text = f.read()
             for name in _ENTRY.findall(text):
                 _ptx[name] = text
+    except OSError:
+        return None
     finally:
+        log.close()
         os.close(saved[0])
         os.close(saved[1])
         shutil.rmtree(tmp, ignore_errors=True)

@@ -459,7 +459,11 @@ class StepGraphs:
         which runs this step (``_ran``); then their tasks captured. None where a replay cannot be built (counted
         in ``unreplayed``): the step goes on as Taichi's compute graph."""
         launches = apply_plan(plan, calls)
-        traced = cudagraph.traced(launches)
+        try:
+            traced = cudagraph.traced(launches)
+        except cudagraph.NotTraced:  # nothing ran: the step goes on as Taichi's graph
+            self.unreplayed += 1
+            return None
         self._ran = True
         if traced is not None:
             try:
