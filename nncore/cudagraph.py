@@ -14,8 +14,9 @@ kernel's parameters, with one asynchronous copy, then launches the graph.
 
 What the replay cannot do, it refuses at build time, and the step goes on through Taichi's compute graph: a
 kernel compiled before the traced launch (no PTX to read), a task that reads the Taichi runtime pointer (the
-replay has none to give), a parameter that is neither a scalar nor a plain ndarray. LAYERLAB_CUDA_GRAPHS=0
-switches replays off.
+replay has none to give: random numbers, loops whose bounds are run-time values, which is why only static fused
+kernels replay in practice), a parameter that is neither a scalar nor an ndarray of one dimension or more
+without a gradient. LAYERLAB_CUDA_GRAPHS=0 switches replays off.
 """
 from __future__ import annotations
 
@@ -122,8 +123,9 @@ def traced(launches) -> list | None:
     """Launch ``launches`` ((kernel, args, in place), as ``graph.apply_plan`` makes them) through Taichi, each
     kernel compiled in the meantime dumping its PTX and each launch logging its tasks. Returns per launch
     (tasks, ptx): tasks [(name, grid, block)], ptx the module text; None where a kernel was compiled before and
-    was never traced (its PTX is gone) or the PTX could not be read. The launches have run then all the same:
-    the step is done. Raises NotTraced, having launched nothing, where the trace cannot be set up."""
+    was never traced (its PTX is gone) or the log or the PTX could not be read: the launches have run all the
+    same, the step is done. Raises NotTraced, having launched nothing, where the trace cannot be set up; a
+    launch's own error propagates (the launches before it have run)."""
     from .kernels import _launch
     _fresh()
     cfg = _impl.get_runtime().prog.config()
@@ -133,52 +135,59 @@ def traced(launches) -> list | None:
     sys.stderr.flush()
     try:
         tmp = tempfile.mkdtemp(prefix="layerlab-ptx-")
-        cwd = os.getcwd()
-        log = open(os.path.join(tmp, "launches.log"), "w+")
-        saved = os.dup(1), os.dup(2)
     except OSError as e:
-        if "tmp" in locals():
-            shutil.rmtree(tmp, ignore_errors=True)
         raise NotTraced(str(e)) from e
+    log = saved = None
     found = []
     try:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        os.chdir(tmp)  # Taichi writes the PTX to the working directory
-        cfg.print_kernel_asm = True
-        ti.set_logging_level("trace")
         try:
-            for kern, args, in_place in launches:  # (every one launched, whatever the log does)
-                key = _compiled_key(kern, args, in_place)
+            cwd = os.getcwd()
+            log = open(os.path.join(tmp, "launches.log"), "w+")
+            saved = os.dup(1), os.dup(2)
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            os.chdir(tmp)  # Taichi writes the PTX to the working directory
+            cfg.print_kernel_asm = True
+            ti.set_logging_level("trace")
+            keys = [_compiled_key(kern, args, in_place) for kern, args, in_place in launches]
+        except Exception as e:  # noqa: BLE001 -- before any launch: the caller launches the step its own way
+            raise NotTraced(str(e)) from e
+        for (kern, args, in_place), key in zip(launches, keys):
+            tasks = []
+            try:
                 _libc.fflush(None)  # Taichi's log lines out of the C library's buffer
                 at = log.seek(0, 2)  # (the log's descriptor and fd 1 share one offset)
-                _launch(kern, args, in_place)
-                tasks = []
-                try:
+            except (OSError, ValueError):
+                at = None
+            _launch(kern, args, in_place)
+            try:
+                if at is not None:
                     _libc.fflush(None)
                     log.seek(at)
                     tasks = [(n, int(g), int(b)) for n, g, b in _LAUNCH.findall(log.read())]
                     log.seek(0, 2)
-                except (OSError, ValueError):  # (an unreadable log: no replay)
-                    pass
-                found.append(((kern, key), tasks))
-        finally:
-            ti.set_logging_level(level)
-            cfg.print_kernel_asm = False
+            except (OSError, ValueError):  # an unreadable log: no replay, the launches go on
+                tasks = []
+            found.append(((kern, key), tasks))
+    finally:
+        ti.set_logging_level(level)
+        cfg.print_kernel_asm = False
+        if saved is not None:
             os.chdir(cwd)
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
-        for path in sorted(glob.glob(os.path.join(tmp, "*.ptx"))):
-            with open(path) as f:
-                text = f.read()
-            for name in _ENTRY.findall(text):
-                _ptx[name] = text
-    except OSError:
-        return None
-    finally:
-        log.close()
-        os.close(saved[0])
-        os.close(saved[1])
+            os.close(saved[0])
+            os.close(saved[1])
+        if log is not None:
+            log.close()
+        try:
+            for path in sorted(glob.glob(os.path.join(tmp, "*.ptx"))):
+                with open(path) as f:
+                    text = f.read()
+                for name in _ENTRY.findall(text):
+                    _ptx[name] = text
+        except (OSError, ValueError):  # unreadable PTX: the tasks it defines are not found below
+            pass
         shutil.rmtree(tmp, ignore_errors=True)
     out = []
     for ident, tasks in found:
@@ -193,11 +202,21 @@ def traced(launches) -> list | None:
 
 
 def _body(ptx: str, task: str) -> str:
+    """A task's PTX, from its ``.entry`` to the brace that closes its body."""
     at = ptx.find(".entry " + task + "(")
-    if at < 0:
+    start = ptx.find("{", at) if at >= 0 else -1
+    if start < 0:
         return ""
-    end = ptx.find("\n}\n", at)
-    return ptx[at:end if end >= 0 else len(ptx)]
+    depth = 0
+    for i in range(start, len(ptx)):
+        c = ptx[i]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return ptx[at:i + 1]
+    return ptx[at:]
 
 
 def _reads_runtime(ptx: str, task: str) -> bool:
@@ -252,8 +271,10 @@ def _layout(kern, args) -> tuple[struct.Struct, list]:
     for i, kind in slots.runtime:
         if kind == "nd":
             a = args[i]
-            if not isinstance(a, ti.Ndarray) or hasattr(a, "n"):
-                raise TypeError(f"argument {i}: not a plain ndarray")
+            if not isinstance(a, ti.Ndarray) or hasattr(a, "n") or not a.shape:
+                raise TypeError(f"argument {i}: not a plain ndarray of one dimension or more")
+            if getattr(a, "grad", None) is not None or getattr(slots.dtypes[i], "needs_grad", False):
+                raise TypeError(f"argument {i}: an ndarray with a gradient (its struct holds one more pointer)")
             pad(8)
             fmt += f"{len(a.shape)}i"
             size += 4 * len(a.shape)

@@ -397,6 +397,7 @@ class StepGraphs:
         if self._gen != runtime.generation():
             self.close()
             self._gen = runtime.generation()
+        self._ran = False  # set where building this step's entry runs it (``_replay``)
         calls = record(fn)
         if not calls:
             return
@@ -414,7 +415,6 @@ class StepGraphs:
             key = _key(calls, self.fused, self.static)
             entry = self._graphs.get(key)
             if entry is None:
-                self._ran = False
                 entry = self._new(calls, key)
             if fast is not None:
                 if len(self._fast) >= MAX_FAST:
@@ -423,7 +423,7 @@ class StepGraphs:
         graph, plan, binds = entry
         self.launches = (len(calls), len(plan) if plan is not None else len(calls))
         if self._ran:  # building it ran this step (``_replay``)
-            self._ran = False
+            pass
         elif binds is None and plan is not None:
             graph.run(apply_plan(plan, calls))
         elif graph is False:
@@ -471,7 +471,7 @@ class StepGraphs:
                 self.built += 1
                 self.replays += 1
                 return replay
-            except (cudagraph.CudaError, TypeError, OSError):
+            except Exception:  # noqa: BLE001 -- any failure to capture: the step ran; Taichi's graph from now on
                 pass
         self.unreplayed += 1
         return None
@@ -483,15 +483,22 @@ class StepGraphs:
         if self.fused:
             try:
                 plan = fuse_plan(calls, static)
-                if not _k.on_cpu() and (cudagraph.enabled() if self.cuda_graphs is None else self.cuda_graphs):
-                    replay = self._replay(plan, calls)
-                    if replay is not None:
-                        return replay, plan, None
-                graph = build(apply_plan(plan, calls))
-                self.built += 1
-                return graph, plan, _binds(plan)
             except Exception:  # noqa: BLE001 -- any failure to build: the step as recorded, and remember
+                plan = None
                 self.unfused += 1
+            # (outside the try: a launch that fails while traced has run part of the step; its error goes up)
+            if plan is not None and not _k.on_cpu() and (
+                    cudagraph.enabled() if self.cuda_graphs is None else self.cuda_graphs):
+                replay = self._replay(plan, calls)
+                if replay is not None:
+                    return replay, plan, None
+            if plan is not None:
+                try:
+                    graph = build(apply_plan(plan, calls))
+                    self.built += 1
+                    return graph, plan, _binds(plan)
+                except Exception:  # noqa: BLE001 -- any failure to build: the step as recorded, and remember
+                    self.unfused += 1
         try:
             graph = build(calls)
             self.built += 1
