@@ -41,9 +41,14 @@ _CONTEXT = struct.Struct("<QQi4xQ")
 _SCALAR = {ti.f32: "f", ti.f64: "d", ti.i32: "i", ti.i64: "q", ti.u32: "I", ti.u64: "Q"}
 
 
+# The Taichi whose internals the replay reads (the argument layout, the RuntimeContext, the trace's wording).
+TAICHI = (1, 7, 4)
+
+
 def enabled() -> bool:
-    """Whether fused steps replay as CUDA graphs on CUDA: yes, unless LAYERLAB_CUDA_GRAPHS=0."""
-    return os.environ.get("LAYERLAB_CUDA_GRAPHS", "").strip() != "0"
+    """Whether fused steps replay as CUDA graphs on CUDA: yes, unless LAYERLAB_CUDA_GRAPHS=0 or Taichi is
+    another version than the one whose internals the replay follows."""
+    return os.environ.get("LAYERLAB_CUDA_GRAPHS", "").strip() != "0" and tuple(ti.__version__) == TAICHI
 
 
 class CudaError(RuntimeError):
