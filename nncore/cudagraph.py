@@ -60,7 +60,6 @@ class _Driver:
 
     def __init__(self):
         lib = ctypes.CDLL("libcuda.so.1")
-        self.lib = lib
         vp, u64, ci, cu = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int, ctypes.c_uint
         sig = {
             "cuCtxGetCurrent": [ctypes.POINTER(vp)], "cuCtxSetCurrent": [vp],
@@ -111,12 +110,6 @@ def _fresh() -> None:
         _gen[0] = runtime.generation()
 
 
-def _compiled_key(kern, args, in_place):
-    from .kernels import compiling
-    with compiling(in_place):
-        return kern._primal.ensure_compiled(*args)
-
-
 class NotTraced(RuntimeError):
     """The traced launch could not be set up (a temporary directory, a file descriptor); nothing was launched."""
 
@@ -131,7 +124,7 @@ def traced(launches) -> list | None:
     was never traced (its PTX is gone) or the log or the PTX could not be read: the launches have run all the
     same, the step is done. Raises NotTraced, having launched nothing, where the trace cannot be set up; a
     launch's own error propagates (the launches before it have run)."""
-    from .kernels import _launch
+    from .kernels import _launch, compiled_key
     _fresh()
     cfg = _impl.get_runtime().prog.config()
     level = next((lv for lv in ("trace", "debug", "info", "warn", "error", "critical")
@@ -154,7 +147,7 @@ def traced(launches) -> list | None:
             os.chdir(tmp)  # Taichi writes the PTX to the working directory
             cfg.print_kernel_asm = True
             ti.set_logging_level("trace")
-            keys = [_compiled_key(kern, args, in_place) for kern, args, in_place in launches]
+            keys = [compiled_key(kern, args, in_place) for kern, args, in_place in launches]
         except Exception as e:  # noqa: BLE001 -- before any launch: the caller launches the step its own way
             raise NotTraced(str(e)) from e
         for (kern, args, in_place), key in zip(launches, keys):

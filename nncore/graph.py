@@ -147,10 +147,7 @@ def _symbol(name: str, value, kind: str, dtype):
 
 
 def _compiled(kern, args, in_place: bool):
-    primal = kern._primal
-    with _k.compiling(in_place):
-        key = primal.ensure_compiled(*args)
-    return primal.compiled_kernels[key]
+    return kern._primal.compiled_kernels[_k.compiled_key(kern, args, in_place)]
 
 
 def _values(calls) -> dict:
@@ -423,8 +420,8 @@ class StepGraphs:
         graph, plan, binds = entry
         self.launches = (len(calls), len(plan) if plan is not None else len(calls))
         if self._ran:  # building it ran this step (``_replay``)
-            pass
-        elif binds is None and plan is not None:
+            return
+        if binds is None and plan is not None:
             graph.run(apply_plan(plan, calls))
         elif graph is False:
             launch(apply_plan(plan, calls) if plan is not None else calls)

@@ -51,6 +51,12 @@ def compiling(in_place: bool):
     return runtime.loops_in_place() if in_place else contextlib.nullcontext()
 
 
+def compiled_key(kern, args, in_place: bool = False):
+    """The key of the Taichi kernel's compiled instance for these arguments, compiling it on first use."""
+    with compiling(in_place):
+        return kern._primal.ensure_compiled(*args)
+
+
 def _launch(kern, args, in_place: bool = False):
     if _recording is not None:
         _recording.append((kern, args, in_place))

@@ -23,6 +23,7 @@ import taichi as ti
 from . import F1, F2, I1, kernel
 from . import linear as K_lin
 from .linear import _act, _dz
+from .optim import sgd_element as _sgd
 
 BM = BN = 64
 BK = 16
@@ -175,18 +176,6 @@ def _tile(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.tem
                 dparams[w_off + m * n_in + n] = acc[r, q]
                 if ti.static(sgd > 0):
                     _sgd(params, velocity, w_off + m * n_in + n, acc[r, q], sgd, hyper)
-
-
-@ti.func
-def _sgd(params: ti.template(), velocity: ti.template(), i, g, sgd: ti.template(), hyper: ti.template()):
-    """SGD's step on params[i] from its gradient g: nncore.kernels.optim.sgd_step's arithmetic, in its order
-    (``sgd`` 2: with momentum; ``hyper`` = (lr, momentum, weight decay))."""
-    lr, momentum, weight_decay = hyper
-    g = g + weight_decay * params[i]
-    if ti.static(sgd == 2):
-        g = momentum * velocity[i] + g
-        velocity[i] = g
-    params[i] = params[i] - lr * g
 
 
 @ti.func

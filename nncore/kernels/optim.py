@@ -12,23 +12,33 @@ from .. import runtime
 from . import F1, sized
 
 
+@ti.func
+def sgd_element(params: ti.template(), velocity: ti.template(), i, g, sgd: ti.template(), hyper: ti.template()):
+    """SGD's step on params[i] from its gradient g (``sgd`` 2: with momentum, 1: without; ``hyper`` = (lr,
+    momentum, weight decay)): torch.optim.SGD's arithmetic, in its order. sgd_step runs it over a range; on CUDA
+    gemm_cuda runs it in the step's last kernel, on each parameter as its gradient forms."""
+    lr, momentum, weight_decay = hyper
+    g = g + weight_decay * params[i]
+    if ti.static(sgd == 2):
+        g = momentum * velocity[i] + g
+        velocity[i] = g
+    params[i] = params[i] - lr * g  # (not -=: in a parallel loop Taichi makes that an atomic)
+
+
 @sized(lambda params, velocity, grads, lr, momentum, weight_decay, use_momentum, lo, hi: 2 * (hi - lo))
 def sgd_step(params: F1, velocity: F1, grads: F1, lr: ti.f32, momentum: ti.f32, weight_decay: ti.f32,
              use_momentum: ti.template(), lo: ti.i32, hi: ti.i32):
     # params, velocity, grads: (P,) f32, updated at [lo, hi); velocity starts at zero, which makes step 1 equal
     # PyTorch's clone(g). Without momentum the velocity is neither read nor written (as PyTorch keeps no buffer
     # then): the step is memory-bound, and that is 12 bytes per parameter instead of 20.
-    # (gemm_cpu.linear_dweight_cpu applies the same arithmetic to a Linear's weights as it forms their gradient,
-    # and on CUDA gemm_cuda._sgd to every parameter in the step's last kernel.)
+    # (gemm_cpu.linear_dweight_cpu applies the same arithmetic, vectorised, to a Linear's weights as it forms
+    # their gradient.)
     run = runtime.stream_run
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range((hi - lo + run - 1) // run):
         for i in range(lo + t * run, ti.min(lo + t * run + run, hi)):
-            g = grads[i] + weight_decay * params[i]
-            if ti.static(use_momentum):
-                g = momentum * velocity[i] + g
-                velocity[i] = g
-            params[i] = params[i] - lr * g  # (not -=: in a parallel loop Taichi makes that an atomic)
+            sgd_element(params, velocity, i, grads[i], ti.static(2 if use_momentum else 1),
+                        (lr, momentum, weight_decay))
 
 
 def adam_step(params, m, v, grads, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
