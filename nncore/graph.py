@@ -35,7 +35,7 @@ import operator
 import os
 import types
 
-from . import cudagraph
+from . import coop, cudagraph
 from . import kernels as _k
 from . import runtime
 from .runtime import ti
@@ -221,18 +221,19 @@ def _fits(calls) -> bool:
     return n <= MAX_ARGS and shared <= MAX_SHARED
 
 
-def _make_fused(calls, static: bool = False):
+def _make_fused(calls, static: bool = False, threads: int = 0):
     """A kernel that runs ``calls``' kernels one after another as one launch: its body calls each kernel's
     function (``_as_func``) with the recorded templates; its parameters are the distinct ndarrays, then every
     scalar, each in order of first use. ``static``: the ndarrays reach the functions with their recorded shapes
     as constants (``_Shaped``), and the fixed integers (``_Slots.consts``) as constants, not
-    parameters. Returns the kernel and, per parameter, the (call, argument) it comes from."""
+    parameters. ``threads`` > 0: a cooperative kernel (nncore.coop) of that many threads, each function in
+    its rewritten form. Returns the kernel and, per parameter, the (call, argument) it comes from."""
     ns: dict = {"ti": ti, "_S": _Shaped}
     params, sources, lines, nd_param = [], [], [], {}
     scalars, scalar_sources = [], []
     for c, (kern, args, _) in enumerate(calls):
         slots = _slots(kern)
-        ns[f"f{c}"] = _as_func(kern)
+        ns[f"f{c}"] = coop.cooperative(kern._primal.func) if threads else _as_func(kern)
         kinds = dict(slots.runtime)
         fixed = set(slots.templates) | (set(slots.consts) if static else set())
         actual = []
@@ -255,7 +256,13 @@ def _make_fused(calls, static: bool = False):
             scalar_sources.append((c, i))
             ns[f"T_{name}"] = slots.dtypes[i]
             actual.append(name)
-        lines.append(f"    f{c}({', '.join(actual)})")
+        if threads:
+            actual += ["_sync", "_tid", str(threads)]
+        lines.append(f"{'        ' if threads else '    '}f{c}({', '.join(actual)})")
+    if threads:  # (the sync field is the runtime's at compile time: a kernel outlives a re-initialisation)
+        ns["_coop_sync"] = coop.current_sync
+        lines[:0] = ["    _sync = ti.static(_coop_sync())",
+                     f"    ti.loop_config(block_dim=1, serialize={threads == 1})", f"    for _tid in range({threads}):"]
     params += scalars
     sources += scalar_sources
     fname = f"fused_step_{next(_serial)}"
@@ -266,33 +273,37 @@ def _make_fused(calls, static: bool = False):
     return ti.kernel(ns[fname]), sources
 
 
-def fuse_plan(calls, static: bool = False) -> list:
+def fuse_plan(calls, static: bool = False, threads: int = 0) -> list:
     """How ``calls`` launch fused: a list of (kernel, [(call, argument) for each of its arguments], in
     place). Each run of consecutive calls with the same in-place flag (nncore.kernels.Sized), at most MAX_ARGS
     parameters and at most MAX_SHARED shared-memory kernels becomes one kernel that holds them all
     (``_make_fused``, ``static`` as there), cached by the kernels, their templates, which arguments share an
     ndarray and, where static, the shapes and fixed integers. A step of a dozen kernels then pays one
-    launch's fixed cost instead of a dozen; each of its loops still costs a driver launch of its own."""
+    launch's fixed cost instead of a dozen; each of its loops still costs a driver launch of its own.
+    ``threads`` > 0 (the CPU): cooperative kernels (nncore.coop) of that many threads instead, in-place flags
+    ignored (the kernel shares every loop out itself); a kernel the rewrite refuses raises NotCooperative."""
+    if threads:
+        coop.sync_field()  # (made here, in Python scope: a kernel compiling only finds it)
     groups: list = []
     for c, call in enumerate(calls):
         g = groups[-1] if groups else None
-        if g is not None and call[2] == calls[g[-1]][2] and _fits([calls[i] for i in g] + [call]):
+        if g is not None and (threads or call[2] == calls[g[-1]][2]) and _fits([calls[i] for i in g] + [call]):
             g.append(c)
         else:
             groups.append([c])
     plan = []
     for g in groups:
-        if len(g) == 1:
+        if len(g) == 1 and not threads:
             kern, args, in_place = calls[g[0]]
             plan.append((kern, [(g[0], i) for i in range(len(args))], in_place))
             continue
         sub = [calls[c] for c in g]
-        key = _key(sub, True, static)
+        key = (_key(sub, True, static), threads)
         made = _fused.get(key)
         if made is None:
-            made = _fused[key] = _make_fused(sub, static)
+            made = _fused[key] = _make_fused(sub, static, threads)
         kern, sources = made
-        plan.append((kern, [(g[c], i) for c, i in sources], sub[0][2]))
+        plan.append((kern, [(g[c], i) for c, i in sources], False if threads else sub[0][2]))
     return plan
 
 
@@ -372,9 +383,13 @@ def launch(calls) -> None:
 class StepGraphs:
     """Compute graphs for the launch sequences of one owner (a network), rebuilt after a runtime re-init."""
 
-    def __init__(self, enabled: bool | None = None, fused: bool | None = None, static: bool | None = None):
+    def __init__(self, enabled: bool | None = None, fused: bool | None = None, static: bool | None = None,
+                 coop_on: bool | None = None):
         self.enabled = default_enabled() if enabled is None else enabled
-        self.fused = fused_default() if fused is None else fused  # steps fused into one kernel (``fuse_plan``)
+        # CPU steps as cooperative kernels (nncore.coop; fused, so graphs are cached as fused ones are)
+        self.coop = coop.enabled() and _k.on_cpu() if coop_on is None else coop_on
+        self.fuse_asked = fused_default() if fused is None else fused
+        self.fused = self.fuse_asked or self.coop  # steps fused into one kernel (``fuse_plan``)
         self.static = self.fused and (static_default() if static is None else static)
         self._graphs: dict = {}
         self._variants: dict = {}  # (signature, sharing) -> static graphs built for it
@@ -477,9 +492,10 @@ class StepGraphs:
         """(graph, fuse_plan, _binds) for this launch sequence: the fused step's graph where ``fused`` is on, else
         (or if that fails to build: ``unfused`` counts it) the recorded launches' graph (plan None), else (False,
         None, None), launched one by one (``fallbacks`` counts it)."""
-        if self.fused:
+        threads = coop.threads() if self.coop else 0
+        if threads or self.fuse_asked:
             try:
-                plan = fuse_plan(calls, static)
+                plan = fuse_plan(calls, static, threads)
             except Exception:  # noqa: BLE001 -- any failure to build: the step as recorded, and remember
                 plan = None
                 self.unfused += 1

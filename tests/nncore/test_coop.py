@@ -1,0 +1,228 @@
+"""Cooperative CPU steps (nncore.coop): a step's loops shared out inside one parallel loop of one task per thread,
+with barriers between them. Each thread computes whole iterations of the very loops Taichi would have run, so
+every result must equal Taichi's own loops, and the one-thread runtime's, to the bit."""
+import numpy as np
+import pytest
+
+from nncore import coop, runtime
+from nncore import graph as G
+from nncore.bench import workload_model
+from nncore.kernels import kernel
+from nncore.network import Sequential
+from nncore.optim import SGD
+from nncore.runtime import ti
+from nncore.config import load_config
+from nncore.train import Trainer
+from tests.conftest import nd
+
+V4 = ti.types.vector(4, ti.f32)
+
+
+@ti.func
+def _scale_rows(out: ti.template(), x: ti.template(), s):
+    # a ti.func whose loop is at the kernel's top level where it is called
+    ti.loop_config(block_dim=runtime.coarse_block)
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[i, j] = x[i, j] * s + out[i, j]
+
+
+@kernel
+def forms(out: ti.types.ndarray(dtype=ti.f32, ndim=2), x: ti.types.ndarray(dtype=ti.f32, ndim=2),
+          acc: ti.types.ndarray(dtype=ti.f32, ndim=1), v: ti.types.ndarray(dtype=V4, ndim=1), k: ti.i32,
+          mode: ti.template()):
+    # Every form the rewrite knows, each loop reading what the one before wrote (so a missing barrier shows).
+    m, n = out.shape[0], out.shape[1]
+    for i in range(1, m):  # range(a, b)
+        out[i, 0] = x[i, 0] + x[i - 1, n - 1]
+    for i, j in ti.ndrange(m, n - 1):  # ndrange, the last dimension fastest
+        out[i, j + 1] = x[i, j] * 2.0 + out[(i + 1) % m, 0]
+    if ti.static(mode == 1):
+        for i, j in out:  # over an ndarray's indices
+            x[i, j] = out[i, j] * 0.5 + out[m - 1 - i, n - 1 - j]
+    else:
+        for i in range(m * n):
+            out[i // n, i % n] += 1.0
+    for r in ti.static(range(2)):  # unrolled: each copy is a loop of its own
+        _scale_rows(out, x, r + 1.5)
+    for i in v:
+        v[i] = v[i] * out[i % m, i % n] + V4(1.0, 2.0, 3.0, ti.cast(k, ti.f32))
+    acc[0] = out[0, 0] + k  # a statement with effects: thread 0 alone
+    ti.loop_config(serialize=True)  # an ordered sum: thread 0 alone
+    for _ in range(1):
+        s = 0.0
+        for i in range(m):
+            s += out[i, (i * 7) % n]
+        acc[1] = s
+
+
+def _run(coop_on: bool, args):
+    """``forms`` on copies of args, through a fused graph (cooperative where coop_on) or launched."""
+    out, x, acc, v, k, mode = args
+    arrs = [nd(a) for a in (out, x, acc)] + [ti.Vector.ndarray(4, ti.f32, v.shape[0])]
+    arrs[3].from_numpy(v)
+    g = G.StepGraphs(enabled=coop_on, fused=coop_on, coop_on=coop_on)
+    g.run(lambda: forms(*arrs, k, mode))
+    return [a.to_numpy() for a in arrs], g
+
+
+@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("m,n,nv", [(1, 2, 1), (5, 3, 7), (33, 17, 101), (200, 61, 1000)])
+def test_cooperative_kernel_equals_taichis_loops(arch, mode, m, n, nv, rng):
+    runtime.ensure(arch)
+    args = (rng.standard_normal((m, n), dtype=np.float32), rng.standard_normal((m, n), dtype=np.float32),
+            np.zeros(2, np.float32), rng.standard_normal((nv, 4), dtype=np.float32), int(rng.integers(1, 9)), mode)
+    want, _ = _run(False, args)
+    got, g = _run(True, args)
+    assert g.launches == (1, 1) and g.unfused == 0 and g.fallbacks == 0
+    assert coop.threads() == runtime.current().threads
+    for w, o in zip(want, got):
+        np.testing.assert_array_equal(o, w)
+
+
+@kernel
+def _chain(a: ti.types.ndarray(dtype=ti.f32, ndim=1), b: ti.types.ndarray(dtype=ti.f32, ndim=1)):
+    # Each loop reads the neighbours the other thread wrote in the loop before.
+    n = a.shape[0]
+    for r in ti.static(range(24)):
+        if ti.static(r % 2 == 0):
+            for i in range(n):
+                b[i] = a[i] + 0.5 * a[(i + 1) % n] + 0.25 * a[(i + n - 1) % n]
+        else:
+            for i in range(n):
+                a[i] = b[i] - 0.125 * b[(i + 7) % n]
+
+
+def _chain_ref(a):
+    a = a.astype(np.float32).copy()
+    for r in range(24):
+        if r % 2 == 0:
+            b = (a + np.float32(0.5) * np.roll(a, -1)) + np.float32(0.25) * np.roll(a, 1)
+        else:
+            a = b - np.float32(0.125) * np.roll(b, -7)
+    return a, b
+
+
+@pytest.mark.parametrize("n", [3, 64, 1001])
+def test_barriers_order_loops_that_read_each_others_writes(n, rng):
+    """24 loops, each reading what the other thread wrote in the one before, 200 launches: any loop started
+    before the last one finished (a barrier let through early, a claim handed out twice) shows against NumPy."""
+    runtime.ensure("cpu-parallel")
+    assert coop.threads() == 2 or runtime.current().threads != 2
+    a0 = rng.standard_normal(n).astype(np.float32)
+    want = _chain_ref(a0)
+    a, b = nd(a0), nd(np.zeros(n, np.float32))
+    g = G.StepGraphs(enabled=True, fused=True, coop_on=True)
+    for _ in range(200):
+        a.from_numpy(a0)
+        g.run(lambda: _chain(a, b))
+        np.testing.assert_array_equal(a.to_numpy(), want[0])
+        np.testing.assert_array_equal(b.to_numpy(), want[1])
+    assert g.launches == (1, 1)
+
+
+@pytest.mark.parametrize("src,why", [
+    ("def k(a):\n    i = 0\n    while i < 3:\n        a[i] = 1.0\n        i += 1\n", "While"),
+    ("def k(a):\n    for i in ti.grouped(a):\n        a[i] = 1.0\n", "a loop over ti.grouped"),
+    ("def k(a):\n    for i in range(0, 9, 2):\n        a[i] = 1.0\n", "a loop over range"),
+])
+def test_forms_it_does_not_know_are_refused(src, why, tmp_path):
+    path = tmp_path / "k.py"
+    path.write_text("import taichi as ti\n" + src)
+    ns: dict = {}
+    exec(compile(path.read_text(), str(path), "exec"), ns)
+    with pytest.raises(coop.NotCooperative, match=why):
+        coop.cooperative(ns["k"])
+
+
+def test_closures_are_refused():
+    scale = 2.0
+
+    def k(a):
+        for i in range(3):
+            a[i] = scale
+
+    with pytest.raises(coop.NotCooperative, match="closure"):
+        coop.cooperative(k)
+
+
+def _steps(spec, batch, steps, rng, coop_on, trainer=False):
+    n_out = Sequential.from_spec(spec).out_shape[0]
+    data = [(rng.random((batch, *spec["input"]), dtype=np.float32), rng.integers(0, n_out, batch))
+            for _ in range(steps)]
+    net = Sequential.from_spec(spec, seed=3)
+    net.graphs = G.StepGraphs(coop_on=coop_on)
+    opt = SGD(net.n_params, lr=0.05, momentum=0.9)
+    ws = net.workspace(batch)
+    for x, y in data:
+        ws.load(x, y)
+        net.train_step(ws, opt)
+    return net
+
+
+ODD_MLP = {"input": [50], "layers": [{"type": "Linear", "out_features": 37}, {"type": "Sigmoid"},
+                                     {"type": "Linear", "out_features": 50}, {"type": "ReLU"},
+                                     {"type": "Linear", "out_features": 7}], "loss": "mse"}
+ODD_CNN = {"input": [1, 13, 11], "layers": [{"type": "Conv2D", "out_channels": 5, "kernel_size": 3},
+                                            {"type": "ReLU"}, {"type": "MaxPool2D", "kernel_size": 2},
+                                            {"type": "Flatten"}, {"type": "Linear", "out_features": 6}],
+           "loss": "cross_entropy"}
+
+
+@pytest.mark.parametrize("name", ["odd-mlp", "odd-cnn", "net-1h"])
+def test_cooperative_steps_equal_taichis_loops_on_both_cpu_backends(name):
+    """20 SGD+momentum steps at batch 33: cooperative on two threads, on one, and Taichi's own loops (pool and
+    in-place kernels) on two: the same weights to the bit."""
+    spec = {"odd-mlp": ODD_MLP, "odd-cnn": ODD_CNN}.get(name) or workload_model(name)
+    ends = {}
+    for arch, coop_on in (("cpu-parallel", False), ("cpu-parallel", True), ("cpu-serial", True)):
+        runtime.ensure(arch)
+        net = _steps(spec, 33, 20, np.random.default_rng(7), coop_on)
+        if coop_on:  # (one kernel, or a few where a kernel would take more than graph.MAX_ARGS arguments)
+            recorded, launched = net.graphs.launches
+            assert launched <= 2 and launched < recorded and net.graphs.unfused == 0, net.graphs.launches
+        ends[(arch, coop_on)] = net.params.to_numpy()
+    want = ends[("cpu-parallel", False)]
+    assert not np.array_equal(want, Sequential.from_spec(spec, seed=3).params.to_numpy())
+    for key, got in ends.items():
+        np.testing.assert_array_equal(got, want, err_msg=str(key))
+
+
+@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
+def test_a_training_run_in_cooperative_steps(arch, monkeypatch):
+    """The trainer's step (the batch's gather, the step, the loss into its running sum: a serialised kernel) as
+    cooperative kernels: the same weights, losses and accuracy as with Taichi's loops."""
+    cfg = load_config("quadrant").override("train", arch=arch, epochs=2)
+    ends = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("LAYERLAB_COOP", flag)
+        trainer = Trainer(cfg)
+        ends.append((trainer.run(), trainer.net.params.to_numpy(), trainer.net.graphs.launches))
+    (off, w_off, l_off), (on, w_on, l_on) = ends
+    assert l_on[1] <= 2 < l_off[1], (l_on, l_off)  # (two where one would take over graph.MAX_ARGS arguments)
+    np.testing.assert_array_equal(w_on, w_off)
+    assert (on.test_acc, on.test_loss, on.steps) == (off.test_acc, off.test_loss, off.steps)
+
+
+def test_unpinned_workers_keep_taichis_loops(monkeypatch):
+    """Two spinning workers on one core would wait for each other a scheduler tick at every barrier: with the
+    pinning off there is no cooperative step."""
+    monkeypatch.setenv("LAYERLAB_PIN", "0")
+    runtime.init("cpu-parallel", pin=False)
+    try:
+        assert coop.threads() == 0
+        net = _steps(ODD_MLP, 33, 2, np.random.default_rng(1), True)
+        assert net.graphs.launches[1] > 1
+    finally:
+        monkeypatch.delenv("LAYERLAB_PIN")
+        runtime.init("cpu-parallel")
+    assert coop.threads() == runtime.current().threads
+
+
+def test_switched_off_by_the_environment(monkeypatch):
+    runtime.ensure("cpu-parallel")
+    monkeypatch.setenv("LAYERLAB_COOP", "0")
+    assert not G.StepGraphs().coop
+    monkeypatch.setenv("LAYERLAB_COOP", "1")
+    assert G.StepGraphs().coop
