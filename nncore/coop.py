@@ -19,17 +19,18 @@ over something other than ``range``, ``ti.ndrange`` or an ndarray's indices) rai
 step keeps Taichi's own loops.
 
 Only where the workers are pinned one to a core (nncore.pinning), or on one thread: two spinning workers on
-one core would wait for each other until the scheduler's next tick.
+one core would wait for each other until the scheduler's next tick. The kernel is one large task, which Taichi
+compiles slowly, so ``graph.StepGraphs`` builds it only once a launch sequence recurs (``coop_after``).
 """
 
 import ast
 import inspect
 import itertools
-import linecache
 import os
 import textwrap
 import types
 
+from . import kernels as _k
 from . import runtime
 from .runtime import ti
 
@@ -314,7 +315,7 @@ def _rewrite(fn):
         defaults=[]), body=[node, ast.Return(ast.Name(name, ast.Load()))], decorator_list=[], returns=None)
     src = ast.unparse(ast.fix_missing_locations(ast.Module([factory], type_ignores=[]))) + "\n"
     filename = f"<nncore {name}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # Taichi reads the source
+    _k.register_source(filename, src)  # Taichi reads the source
     module = compile(src, filename, "exec", dont_inherit=True)
     code = next(c for c in module.co_consts if isinstance(c, types.CodeType))
     made = types.FunctionType(code, fn.__globals__, "_factory")(*helpers.values())

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import linecache
 import operator
 import os
 import types
@@ -181,6 +180,7 @@ _funcs: dict = {}  # a kernel's Python function -> the same code as a ti.func ta
 _fused: dict = {}  # (signature, the ndarrays' sharing pattern, static spec) -> (fused kernel, its parameter sources)
 _serial = itertools.count()
 MAX_VARIANTS = 8  # static fused kernels per step signature (shapes, fixed integers); past it, one generic
+COOP_AFTER = 200  # steps of a launch sequence before its cooperative kernel (StepGraphs.coop_after)
 
 
 def _as_func(kern):
@@ -268,7 +268,7 @@ def _make_fused(calls, static: bool = False, threads: int = 0):
     fname = f"fused_step_{next(_serial)}"
     src = f"def {fname}({', '.join(f'{p}: T_{p}' for p in params)}):\n" + "\n".join(lines) + "\n"
     filename = f"<nncore {fname}>"
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # Taichi reads the source
+    _k.register_source(filename, src)  # Taichi reads the source
     exec(compile(src, filename, "exec", dont_inherit=True), ns)  # (annotations evaluated, not strings)
     return ti.kernel(ns[fname]), sources
 
@@ -282,6 +282,7 @@ def fuse_plan(calls, static: bool = False, threads: int = 0) -> list:
     launch's fixed cost instead of a dozen; each of its loops still costs a driver launch of its own.
     ``threads`` > 0 (the CPU): cooperative kernels (nncore.coop) of that many threads instead, in-place flags
     ignored (the kernel shares every loop out itself); a kernel the rewrite refuses raises NotCooperative."""
+    _k.restore_sources()  # (the kernels made here compile next, from their sources)
     if threads:
         coop.sync_field()  # (made here, in Python scope: a kernel compiling only finds it)
     groups: list = []
@@ -384,10 +385,14 @@ class StepGraphs:
     """Compute graphs for the launch sequences of one owner (a network), rebuilt after a runtime re-init."""
 
     def __init__(self, enabled: bool | None = None, fused: bool | None = None, static: bool | None = None,
-                 coop_on: bool | None = None):
+                 coop_on: bool | None = None, coop_after: int | None = None):
         self.enabled = default_enabled() if enabled is None else enabled
         # CPU steps as cooperative kernels (nncore.coop; fused, so graphs are cached as fused ones are)
         self.coop = coop.enabled() and _k.on_cpu() if coop_on is None else coop_on
+        # Steps of one launch sequence run with Taichi's loops before their cooperative kernel is built: that
+        # kernel compiles slowly (nncore.coop), and short runs (tests, a few steps) would pay it for nothing.
+        self.coop_after = COOP_AFTER if coop_after is None else coop_after
+        self._pending: dict = {}  # id(entry) -> [its key, steps run]: entries awaiting their cooperative kernel
         self.fuse_asked = fused_default() if fused is None else fused
         self.fused = self.fuse_asked or self.coop  # steps fused into one kernel (``fuse_plan``)
         self.static = self.fused and (static_default() if static is None else static)
@@ -432,6 +437,8 @@ class StepGraphs:
                 if len(self._fast) >= MAX_FAST:
                     self._fast.clear()
                 self._fast[fast] = entry
+        if self._pending:
+            entry = self._upgrade(entry, calls)
         graph, plan, binds = entry
         self.launches = (len(calls), len(plan) if plan is not None else len(calls))
         if self._ran:  # building it ran this step (``_replay``)
@@ -454,8 +461,25 @@ class StepGraphs:
                     generic = self._graphs[key[:2]] = self._build(calls, False)
                 return generic
             self._variants[key[:2]] = n + 1
-        entry = self._graphs[key] = self._build(calls, len(key) == 3)
+        wait = self.coop and self.coop_after > 0 and coop.threads() > 0
+        entry = self._graphs[key] = self._build(calls, len(key) == 3, coop_now=not wait)
+        if wait:
+            self._pending[id(entry)] = [key, 0]
         return entry
+
+    def _upgrade(self, entry, calls) -> tuple:
+        """``entry``, or where it has run ``coop_after`` steps with Taichi's loops, its cooperative one."""
+        p = self._pending.get(id(entry))
+        if p is None:
+            return entry
+        p[1] += 1
+        if p[1] < self.coop_after:
+            return entry
+        del self._pending[id(entry)]
+        key = p[0]
+        new = self._graphs[key] = self._build(calls, len(key) == 3, coop_now=True)
+        self._fast.clear()  # (it holds the old entry; the next step finds the new one by its full key)
+        return new
 
     def close(self) -> None:
         """Drop every graph (their CUDA resources freed)."""
@@ -465,6 +489,7 @@ class StepGraphs:
         self._graphs.clear()
         self._variants.clear()
         self._fast.clear()
+        self._pending.clear()
 
     def _replay(self, plan, calls):
         """The fused step as a CUDA graph (nncore.cudagraph): its kernels launched once through Taichi, traced,
@@ -488,11 +513,11 @@ class StepGraphs:
         self.unreplayed += 1
         return None
 
-    def _build(self, calls, static: bool) -> tuple:
+    def _build(self, calls, static: bool, coop_now: bool = True) -> tuple:
         """(graph, fuse_plan, _binds) for this launch sequence: the fused step's graph where ``fused`` is on, else
         (or if that fails to build: ``unfused`` counts it) the recorded launches' graph (plan None), else (False,
         None, None), launched one by one (``fallbacks`` counts it)."""
-        threads = coop.threads() if self.coop else 0
+        threads = coop.threads() if self.coop and coop_now else 0
         if threads or self.fuse_asked:
             try:
                 plan = fuse_plan(calls, static, threads)

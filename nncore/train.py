@@ -12,9 +12,7 @@ With a :class:`~nncore.distributed.Cluster` the run is one rank of a data-parall
 gradients before the optimizer step; only rank 0 evaluates, checkpoints and saves weights, and its events carry
 every rank's timing.
 
-Per-layer timing: every ``timing_every``-th step (never the first, which compiles the kernels; on the CPU the
-first timed step also compiles and loads the part-by-part kernels, which the cooperative step of nncore.coop
-holds inlined) runs with a
+Per-layer timing: every ``timing_every``-th step (never the first, which compiles the kernels) runs with a
 device sync after the batch gather, after each layer's forward, after the loss, after each layer's backward
 and after the optimizer, timing each part with ``perf_counter``. Figures are means over an epoch's timed steps.
 """

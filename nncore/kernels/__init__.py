@@ -10,6 +10,7 @@ parallel over the output element and reduce serially inside: no atomics, so resu
 number of threads.
 """
 import contextlib
+import linecache
 
 from .. import runtime
 from ..runtime import ti  # noqa: F401  (makes sure Taichi is imported with nncore's settings)
@@ -31,6 +32,26 @@ def chunk() -> int:
     """
     cur = runtime.current()
     return 1 if cur is not None and cur.arch == "cuda" else 4096
+
+
+# Sources of the kernels and functions nncore generates (nncore.graph's fused steps, nncore.coop's rewrites),
+# by their made-up file names: Taichi reads a function's source through linecache whenever it compiles it (on
+# every runtime), and other libraries empty linecache (PyTorch's inductor calls linecache.clearcache()).
+_sources: dict = {}
+
+
+def register_source(filename: str, src: str) -> None:
+    """Make ``src`` the source of ``filename`` for Taichi (and tracebacks), now and after linecache is emptied."""
+    entry = (len(src), None, src.splitlines(True), filename)
+    _sources[filename] = entry
+    linecache.cache[filename] = entry
+
+
+def restore_sources() -> None:
+    """Put back any generated source linecache has lost (before compiling generated kernels)."""
+    for filename, entry in _sources.items():
+        if linecache.cache.get(filename) is not entry:
+            linecache.cache[filename] = entry
 
 
 # A call whose estimated single-thread time (ns) is below this runs its loops in place, on the calling thread:

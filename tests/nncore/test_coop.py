@@ -61,7 +61,7 @@ def _run(coop_on: bool, args):
     out, x, acc, v, k, mode = args
     arrs = [nd(a) for a in (out, x, acc)] + [ti.Vector.ndarray(4, ti.f32, v.shape[0])]
     arrs[3].from_numpy(v)
-    g = G.StepGraphs(enabled=coop_on, fused=coop_on, coop_on=coop_on)
+    g = G.StepGraphs(enabled=coop_on, fused=coop_on, coop_on=coop_on, coop_after=0)
     g.run(lambda: forms(*arrs, k, mode))
     return [a.to_numpy() for a in arrs], g
 
@@ -113,7 +113,7 @@ def test_barriers_order_loops_that_read_each_others_writes(n, rng):
     a0 = rng.standard_normal(n).astype(np.float32)
     want = _chain_ref(a0)
     a, b = nd(a0), nd(np.zeros(n, np.float32))
-    g = G.StepGraphs(enabled=True, fused=True, coop_on=True)
+    g = G.StepGraphs(enabled=True, fused=True, coop_on=True, coop_after=0)
     for _ in range(200):
         a.from_numpy(a0)
         g.run(lambda: _chain(a, b))
@@ -152,7 +152,7 @@ def _steps(spec, batch, steps, rng, coop_on, trainer=False):
     data = [(rng.random((batch, *spec["input"]), dtype=np.float32), rng.integers(0, n_out, batch))
             for _ in range(steps)]
     net = Sequential.from_spec(spec, seed=3)
-    net.graphs = G.StepGraphs(coop_on=coop_on)
+    net.graphs = G.StepGraphs(coop_on=coop_on, coop_after=0)
     opt = SGD(net.n_params, lr=0.05, momentum=0.9)
     ws = net.workspace(batch)
     for x, y in data:
@@ -194,6 +194,7 @@ def test_a_training_run_in_cooperative_steps(arch, monkeypatch):
     """The trainer's step (the batch's gather, the step, the loss into its running sum: a serialised kernel) as
     cooperative kernels: the same weights, losses and accuracy as with Taichi's loops."""
     cfg = load_config("quadrant").override("train", arch=arch, epochs=2)
+    monkeypatch.setattr(G, "COOP_AFTER", 0)
     ends = []
     for flag in ("0", "1"):
         monkeypatch.setenv("LAYERLAB_COOP", flag)
@@ -226,3 +227,45 @@ def test_switched_off_by_the_environment(monkeypatch):
     assert not G.StepGraphs().coop
     monkeypatch.setenv("LAYERLAB_COOP", "1")
     assert G.StepGraphs().coop
+
+
+def test_a_step_runs_taichis_loops_until_it_recurs(rng):
+    """A launch sequence's cooperative kernel is built at its ``coop_after``-th step (short runs never pay its
+    compile); the steps before run Taichi's loops, and the weights equal those of a run cooperative throughout."""
+    runtime.ensure("cpu-parallel")
+    batches = [(rng.random((33, 50), dtype=np.float32), rng.integers(0, 7, 33)) for _ in range(6)]
+    ends = []
+    for after in (4, 0):
+        net = Sequential.from_spec(ODD_MLP, seed=3)
+        net.graphs = G.StepGraphs(coop_on=True, coop_after=after)
+        opt = SGD(net.n_params, lr=0.05, momentum=0.9)
+        ws = net.workspace(33)
+        launched = []
+        for x, y in batches:
+            ws.load(x, y)
+            net.train_step(ws, opt)
+            launched.append(net.graphs.launches[1])
+        ends.append(net.params.to_numpy())
+        if after:
+            assert min(launched[:3]) > 2 and max(launched[3:]) <= 2, launched  # (built at step 4)
+        else:
+            assert max(launched) <= 2, launched
+    np.testing.assert_array_equal(ends[0], ends[1])
+
+
+def test_generated_kernels_compile_after_linecache_is_emptied(rng):
+    """Taichi reads a kernel's source whenever it compiles it (again on every runtime), and PyTorch's inductor
+    empties linecache, where the generated sources live: a step built again after both must still fuse."""
+    import linecache
+
+    args = (rng.standard_normal((9, 5), dtype=np.float32), rng.standard_normal((9, 5), dtype=np.float32),
+            np.zeros(2, np.float32), rng.standard_normal((6, 4), dtype=np.float32), 3, 1)
+    runtime.ensure("cpu-parallel")
+    want, _ = _run(False, args)
+    _run(True, args)
+    linecache.clearcache()
+    runtime.init("cpu-parallel")  # (a new runtime: every kernel compiles again)
+    got, g = _run(True, args)
+    assert g.unfused == 0 and g.launches == (1, 1)
+    for w, o in zip(want, got):
+        np.testing.assert_array_equal(o, w)

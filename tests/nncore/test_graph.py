@@ -281,7 +281,7 @@ def test_fused_kernels_hold_few_shared_memory_parts(cpu, rng):
 def test_a_step_that_does_not_fuse_runs_as_recorded(cpu, monkeypatch, rng):
     """If the fused kernel cannot be made (compiled), the step runs as the recorded launches' graph, with the
     same weights as a step launched kernel by kernel."""
-    def broken(calls, static=False):
+    def broken(calls, static=False, threads=0):
         raise RuntimeError("cannot compile")
 
     monkeypatch.setattr(G, "_make_fused", broken)

@@ -49,8 +49,8 @@ def test_single_steps_leave_their_loss_reading_out_of_the_rate(monkeypatch):
     # A step taken while paused reads its loss and checks for divergence before the next pause: that is the
     # app showing the step, not training, so samples/s must not fall with every single step. The check is
     # slowed to 50 ms here: counted as training, each single step would add 50 ms to the epoch's time.
-    # (1,000 samples: the first per-layer timing step, which loads the part-by-part kernels on the CPU, comes
-    # at step 10, after the single steps.)
+    # (1,000 samples: the first per-layer timing step comes at step 10, after the single steps; where the
+    # step runs cooperative, nncore.coop, that timing step loads the part-by-part kernels.)
     cfg = load_config("quadrant").override("train", arch="cpu-serial", epochs=1, log_every=1000) \
         .override("data", samples=1000)
     pipe, events = _Pipe(), []
