@@ -14,6 +14,7 @@ from nncore.runtime import ti
 from nncore.config import load_config
 from nncore.train import Trainer
 from tests.conftest import nd
+from tests.nncore.test_graph import CNN as ODD_CNN, ODD_MLP
 
 V4 = ti.types.vector(4, ti.f32)
 
@@ -159,15 +160,6 @@ def _steps(spec, batch, steps, rng, coop_on, trainer=False):
         ws.load(x, y)
         net.train_step(ws, opt)
     return net
-
-
-ODD_MLP = {"input": [50], "layers": [{"type": "Linear", "out_features": 37}, {"type": "Sigmoid"},
-                                     {"type": "Linear", "out_features": 50}, {"type": "ReLU"},
-                                     {"type": "Linear", "out_features": 7}], "loss": "mse"}
-ODD_CNN = {"input": [1, 13, 11], "layers": [{"type": "Conv2D", "out_channels": 5, "kernel_size": 3},
-                                            {"type": "ReLU"}, {"type": "MaxPool2D", "kernel_size": 2},
-                                            {"type": "Flatten"}, {"type": "Linear", "out_features": 6}],
-           "loss": "cross_entropy"}
 
 
 @pytest.mark.parametrize("name", ["odd-mlp", "odd-cnn", "net-1h"])
