@@ -92,8 +92,10 @@ def current_sync():
 
 
 def enabled() -> bool:
-    """Whether CPU steps run as cooperative kernels: yes, unless the environment variable LAYERLAB_COOP=0."""
-    return os.environ.get("LAYERLAB_COOP", "").strip() != "0"
+    """Whether CPU steps run as cooperative kernels: only with the environment variable LAYERLAB_COOP=1. Spin
+    barriers need every worker on a core of its own: in the app on two cores its display process took a core
+    and training ran at a fifth of its speed, and a tiny network's step is mostly barriers (docs/perf-log.md)."""
+    return os.environ.get("LAYERLAB_COOP", "").strip() == "1"
 
 
 def threads() -> int:

@@ -213,8 +213,10 @@ def test_unpinned_workers_keep_taichis_loops(monkeypatch):
     assert coop.threads() == runtime.current().threads
 
 
-def test_switched_off_by_the_environment(monkeypatch):
+def test_switched_on_by_the_environment(monkeypatch):
     runtime.ensure("cpu-parallel")
+    monkeypatch.delenv("LAYERLAB_COOP", raising=False)
+    assert not G.StepGraphs().coop  # (off unless asked for)
     monkeypatch.setenv("LAYERLAB_COOP", "0")
     assert not G.StepGraphs().coop
     monkeypatch.setenv("LAYERLAB_COOP", "1")
