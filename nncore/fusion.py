@@ -256,7 +256,8 @@ class LinearAct:
         # nxt: the narrow Linear right after the activation, on the CPU, when this part needs no input gradient:
         # this part forms the gradient at its output from the gradient at nxt's output as it stages its own
         # (K_gemm.stage_dz_from), so nxt's input gradient is never computed on its own (its Part has
-        # dinp_elsewhere, this one grad_from).
+        # dinp_elsewhere, this one grad_from); nxt's weight gradient is summed there too, from the same strips
+        # of this part's output (nxt.dweight_elsewhere).
         self.linear, self.kind, self.nxt = linear, self.KINDS[type(act)], nxt
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
@@ -278,7 +279,7 @@ class LinearAct:
             if nxt is not None:  # dout: the gradient at nxt's output
                 K_gemm.weight_strips(scratch["wn"], params, nxt.offsets["weight"], nxt.in_features, 0)
             return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind,
-                                scratch.get("wn"), sgd, panels_only)
+                                scratch.get("wn"), sgd, panels_only, wn_off=nxt.offsets["weight"] if nxt else 0)
         K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, out, params, lin.offsets["weight"], lin.offsets["bias"],
                                     need_dinp, self.kind, scratch.get("dpartial"), tail)
 
@@ -290,7 +291,7 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
     parts, i, cpu = [], 0, on_cpu()
     for layer in layers:
         if isinstance(layer, Linear):
-            layer.cl_c, layer.pooled_in = 0, False
+            layer.cl_c, layer.pooled_in, layer.dweight_elsewhere = 0, False, False
     if not fuse:
         return [Part(i, i, [layer]) for i, layer in enumerate(layers)]
     elsewhere = set()  # layers whose input gradient an earlier part computes
@@ -327,6 +328,7 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
                            and not K_gemm.staging_pays(nxt.out_features))
             if narrow_next:
                 elsewhere.add(i + 2)
+                nxt.dweight_elsewhere = True
             parts.append(Part(i, i + 1, trio[:2], LinearAct(trio[0], trio[1], nxt if narrow_next else None),
                               grad_from=i + 3 if narrow_next else None))
             i += 2

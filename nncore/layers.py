@@ -119,6 +119,9 @@ class Linear(Layer):
         # True where that input comes as the fused part's 16-wide vectors, (B, PH*PW, OCB) (a narrow Linear; see
         # nncore.fusion.ConvReluPool), read with W packed likewise (kernels.conv_cpu.linear_forward_pooled).
         self.pooled_in = False
+        # True where the Linear before it (its activation between) forms this one's weight gradient on the CPU,
+        # with its input gradient (nncore.fusion.LinearAct's ``nxt``, kernels.gemm_cpu.stage_dz_from).
+        self.dweight_elsewhere = False
 
     def param_shapes(self):
         return {"weight": (self.out_features, self.in_features), "bias": (self.out_features,)}
@@ -174,10 +177,11 @@ class Linear(Layer):
             K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, 0, loss)
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0, wn=None, sgd=None,
-                 panels_only=False, tail=None):
+                 panels_only=False, tail=None, wn_off=0):
         """``out``: the output of the fused activation (``kind`` > 0, CPU), whose derivative it takes. ``wn``
         (CPU, nncore.fusion.LinearAct): the strips of the next Linear's W, ``dout`` then the gradient at that
-        Linear's output, from which the gradient at this layer's output is formed (no input gradient then).
+        Linear's output, from which the gradient at this layer's output is formed (no input gradient then), and
+        that Linear's weight gradient, its W at ``wn_off``.
         ``sgd`` (CPU, where ``applies_sgd``: optim.SGD.fused()): W gets SGD's step instead of its gradient, after
         the input gradient has read it; with ``panels_only`` (no input gradient), the new W goes to scratch's W
         panels alone and params' copy is left out of date (nncore.network keeps track). ``tail`` (CUDA,
@@ -195,14 +199,14 @@ class Linear(Layer):
                 K_gemm.weight_strips(scratch["wv"], params, w_off, self.in_features, self.cl_c)
                 K_gemm.linear_dinput_cpu(dinp, scratch["dp"], scratch["wv"])
             if wn is not None:
-                K_gemm.stage_dz_from(scratch["ds"], dparams, dout, wn, out, b_off, kind)
+                K_gemm.stage_dz_from(scratch["ds"], dparams, dout, wn, out, b_off, wn_off, kind, dout.shape[1])
             else:
                 K_gemm.stage_dz(scratch["ds"], dparams, dout, out, b_off, kind)
             if "xs" in scratch:
                 K_gemm.stage_strips(scratch["xs"], inp)
                 K_gemm.linear_dweight(dparams, scratch["ds"], scratch["xs"], scratch["wt"], w_off, self.out_features,
                                       self.in_features, self.cl_c, params, sgd, panels_only)
-            else:
+            elif not self.dweight_elsewhere:
                 K_gemm.linear_dweight_cpu_narrow(dparams, scratch["ds"], inp, w_off, self.out_features, self.cl_c)
         else:  # (no activation: the output is never read, dout stands in for it)
             K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, dout, params, w_off, b_off, need_dinp,

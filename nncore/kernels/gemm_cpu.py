@@ -18,7 +18,8 @@ Staging per product (all O(size of an operand), against the product's O(M*N*K)):
   panels (packed from the parameters by the forward's own tasks, or by ``weight_panels`` for the direct one);
 - weight gradient, formed as dW^T = inp^T @ dz with dz = dout * act'(out): A = inp^T, whose panels are inp's
   strips (``stage_strips``), B = dz as strips (``stage_dz``, which also sums the bias gradient; ``stage_dz_from``
-  where a narrow Linear follows and leaves its input gradient, this layer's dout, to be formed here); dW^T's
+  where a narrow Linear follows and leaves its input gradient, this layer's dout, and its own weight gradient
+  to be formed here); dW^T's
   vectors run along the outputs, as W's panels do, so plain SGD can be applied to W right there, and to
   the panels, which the next step's forward then reads as they are;
 - input gradient, dinp = dz @ W: A = dz as panels (``stage_panels`` with the activation), B = W as strips
@@ -238,24 +239,54 @@ def stage_dz(ds: VA2, dparams: F1, dout: F2, out: F2, b_off: ti.i32, kind: ti.te
     _bias_grad(ds, dparams, b_off, n, n_b)
 
 
-@sized(lambda ds, dparams, dnext, *_: n_elems(ds) * L * (dnext.shape[1] + 4) // 16)
-def stage_dz_from(ds: VA2, dparams: F1, dnext: F2, wn: VA2, out: F2, b_off: ti.i32, kind: ti.template()):
+@sized(lambda ds, dparams, dnext, *_: n_elems(ds) * L * (2 * dnext.shape[1] + 4) // 16)
+def stage_dz_from(ds: VA2, dparams: F1, dnext: F2, wn: VA2, out: F2, b_off: ti.i32, wn_off: ti.i32,
+                  kind: ti.template(), nk: ti.template()):
     # As stage_dz, for a layer whose output feeds a narrow Linear (see ``staging_pays``) that leaves its input
-    # gradient to this kernel: dout = dnext @ Wn is formed here, strip by strip, and never stored.
-    # dnext: (B, NN) f32, the gradient at the narrow Linear's output   wn: (ceil(OUT / 16), NN) 16-wide vectors,
-    # its W (NN, OUT) as strips (weight_strips)   out: (B, OUT) f32, this layer's output
-    n, n_b, n_k = out.shape[1], out.shape[0], dnext.shape[1]
+    # gradient and its weight gradient to this kernel: dout = dnext @ Wn is formed here, strip by strip, and
+    # never stored, and dWn = dnext^T @ out is summed from the same strips of out.
+    # dnext: (B, NN) f32, the gradient at the narrow Linear's output, NN = nk   wn: (ceil(OUT / 16), NN) 16-wide
+    # vectors, its W (NN, OUT) as strips (weight_strips)   out: (B, OUT) f32, this layer's output (the narrow
+    # Linear's input)   dparams[wn_off:]: dWn (NN, OUT)
+    # A task per strip of 16 outputs walks down the batch once per group of ROWS * COLS of the NN outputs (the
+    # register tile's accumulator budget): the first pass also forms the strip's dz and bias gradient. Each
+    # row of out is read once a pass (a row's 16 floats cost 16 loads; doc at the top).
+    n, n_b = out.shape[1], out.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for t in range((n_b + L - 1) // L):
-        for b in range(t * L, ti.min(t * L + L, n_b)):
-            for ob in range(ds.shape[0]):
-                g = V(0.0)
-                for k in range(n_k):
-                    madd(g, dnext[b, k], wn[ob, k])
-                if ti.static(kind != 0):
-                    g = dz_v(g, _row(out, b, ob * L, n), kind)
-                ds[ob, b] = g
-    _bias_grad(ds, dparams, b_off, n, n_b)
+    for ob in range(ds.shape[0]):
+        n0 = ob * L
+        for k0 in ti.static(range(0, nk, ROWS * COLS)):
+            kn = ti.static(min(ROWS * COLS, nk - k0))
+            acc = [V(0.0) for _ in ti.static(range(kn))]
+            db = V(0.0)
+            for b in range(n_b):
+                h = _row(out, b, n0, n)
+                if ti.static(k0 == 0):
+                    g = V(0.0)
+                    for k in ti.static(range(nk)):
+                        madd(g, dnext[b, k], wn[ob, k])
+                    if ti.static(kind != 0):
+                        g = dz_v(g, h, kind)
+                    ds[ob, b] = g
+                    db += g
+                for j in ti.static(range(kn)):
+                    madd(acc[j], dnext[b, k0 + j], h)
+            if ti.static(k0 == 0):
+                _store16(dparams, b_off + n0, db, n - n0)
+            for j in ti.static(range(kn)):
+                _store16(dparams, wn_off + (k0 + j) * n + n0, acc[j], n - n0)
+
+
+@ti.func
+def _store16(x: ti.template(), at, v, left):
+    """x[at:at+16] = v, only its first ``left`` lanes where fewer than 16 are left."""
+    if left >= L:
+        for l in ti.static(range(L)):
+            x[at + l] = v[l]
+    else:
+        for l in ti.static(range(L)):
+            if l < left:
+                x[at + l] = v[l]
 
 
 @sized(lambda xp, x, *_: 2 * n_elems(x))

@@ -190,11 +190,14 @@ def test_linear_cpu_gemm_fused_activation(request, tile_rows, kind, act, dact, b
 @pytest.mark.parametrize("kind,act,dact", [(0, lambda z: z, lambda y: np.ones_like(y)),
                                            (1, R.relu, lambda y: (y > 0).astype(float)),
                                            (2, R.sigmoid, lambda y: y * (1 - y)), (3, np.tanh, lambda y: 1 - y * y)])
-@pytest.mark.parametrize("b,n_out,n_next", [(5, 33, 10), (40, 67, 3), (17, 16, 31), (1, 1, 1)])
-def test_stage_dz_from_next_linear(cpu, rng, kind, act, dact, b, n_out, n_next):
+@pytest.mark.parametrize("b,n_out,n_next", [(5, 33, 10), (40, 67, 3), (17, 16, 31), (1, 1, 1), (3, 50, 17)])
+def test_stage_dz_from_next_linear(request, tile_rows, kind, act, dact, b, n_out, n_next):
     """stage_dz_from (a wide Linear + activation whose output feeds a narrow Linear): the gradient at its
     pre-activation formed from the gradient at the narrow Linear's output and that Linear's weights, staged as
-    strips (zero past OUT), and the bias gradient, against float64."""
+    strips (zero past OUT), the bias gradient, and the narrow Linear's weight gradient (its outputs in groups of
+    the register tile's size, the last partial), against float64, with each tile layout; nothing written outside
+    the two gradients."""
+    rng = layout_rng(request, tile_rows)
     out = act(f32(rng.normal(size=(b, n_out)) * 3))
     w_next, d_next = f32(rng.normal(size=(n_next, n_out))), f32(rng.normal(size=(b, n_next)))
     params = np.concatenate([[5.0], w_next.ravel()])
@@ -202,13 +205,17 @@ def test_stage_dz_from_next_linear(cpu, rng, kind, act, dact, b, n_out, n_next):
     wn, ds = vec(KG.strips_shape(n_next, n_out)), vec(KG.strips_shape(b, n_out))
     ds.from_numpy(np.full(ds.shape + (KG.L,), np.nan, np.float32))
     KG.weight_strips(wn, nd(params), 1, n_out, 0)
-    dparams = nd(np.full(n_out + 2, 9.0))
-    KG.stage_dz_from(ds, dparams, nd(d_next), wn, nd(out), 1, kind)
-    dz = (d_next @ w_next) * dact(out.astype(np.float32).astype(np.float64))
+    wn_off = 1 + n_out
+    dparams = nd(np.full(wn_off + w_next.size + 1, 9.0))
+    KG.stage_dz_from(ds, dparams, nd(d_next), wn, nd(out), 1, wn_off, kind, n_next)
+    out64 = out.astype(np.float32).astype(np.float64)
+    dz = (d_next @ w_next) * dact(out64)
     strips = ds.to_numpy().transpose(1, 0, 2).reshape(b, -1)  # (b, 16 * ceil(OUT / 16))
     assert rel_err(strips[:, :n_out], dz) < BWD_TOL and np.all(strips[:, n_out:] == 0.0)
     got = dparams.to_numpy()
     assert rel_err(got[1:n_out + 1], dz.sum(axis=0)) < BWD_TOL and got[0] == 9.0 and got[-1] == 9.0
+    dw_next = d_next.astype(np.float64).T @ out64
+    assert rel_err(got[wn_off:wn_off + w_next.size].reshape(w_next.shape), dw_next) < BWD_TOL
 
 
 @pytest.mark.parametrize("kind,act", [(1, R.relu), (2, R.sigmoid), (3, np.tanh)])
