@@ -106,7 +106,7 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
     info = runtime.init(arch, threads)
     model = model or workload_model(name)
     net = Sequential.from_spec(model, seed=0)
-    net.graphs.coop_after = 0  # (with LAYERLAB_COOP=1) the step as a long run has it, from the warm-up on
+    net.graphs.coop_after = 0  # the step as a long run has it (cooperative where it pays), from the warm-up on
     init = net.state_dict()
     opt = SGD(net.n_params, lr=lr)
     x, y = _data(model)

@@ -19,7 +19,9 @@ over something other than ``range``, ``ti.ndrange`` or an ndarray's indices) rai
 step keeps Taichi's own loops.
 
 Only where the workers are pinned one to a core (nncore.pinning), or on one thread: two spinning workers on
-one core would wait for each other until the scheduler's next tick. The kernel is one large task, which Taichi
+one core would wait for each other until the scheduler's next tick; and only for a step with a kernel large
+enough for the pool (``pays``). Spinning needs the cores: where another busy process shares them, the
+cooperative step runs slower than Taichi's loops (docs/LOG.md); LAYERLAB_COOP=0 turns it off. The kernel is one large task, which Taichi
 compiles slowly, so ``graph.StepGraphs`` builds it only once a launch sequence recurs (``coop_after``).
 """
 
@@ -92,10 +94,17 @@ def current_sync():
 
 
 def enabled() -> bool:
-    """Whether CPU steps run as cooperative kernels: only with the environment variable LAYERLAB_COOP=1. Spin
-    barriers need every worker on a core of its own: in the app on two cores its display process took a core
-    and training ran at a fifth of its speed, and a tiny network's step is mostly barriers (docs/perf-log.md)."""
-    return os.environ.get("LAYERLAB_COOP", "").strip() == "1"
+    """Whether CPU steps may run as cooperative kernels: yes, unless the environment variable LAYERLAB_COOP=0
+    turns them off (``pays`` and ``threads`` say where they do)."""
+    return os.environ.get("LAYERLAB_COOP", "").strip() != "0"
+
+
+def pays(calls) -> bool:
+    """Whether a step of these recorded calls gains from a cooperative kernel: where one of its kernels is large
+    enough to run on the pool (nncore.kernels.IN_PLACE_NS), each such loop costs a hand-off that the
+    cooperative step saves. A step of small kernels only (the quadrant network's) runs in place on one thread,
+    with no hand-off to save, and split over threads it would be mostly barriers."""
+    return any(_k.work_of(c) >= _k.IN_PLACE_NS for c in calls)
 
 
 def threads() -> int:

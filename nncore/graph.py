@@ -180,7 +180,9 @@ _funcs: dict = {}  # a kernel's Python function -> the same code as a ti.func ta
 _fused: dict = {}  # (signature, the ndarrays' sharing pattern, static spec) -> (fused kernel, its parameter sources)
 _serial = itertools.count()
 MAX_VARIANTS = 8  # static fused kernels per step signature (shapes, fixed integers); past it, one generic
-COOP_AFTER = 200  # steps of a launch sequence before its cooperative kernel (StepGraphs.coop_after)
+# Steps of a launch sequence before its cooperative kernel (StepGraphs.coop_after): its first compile takes
+# seconds (net-1h's), a stall in the app's live run, and a run of a few hundred steps would not win them back.
+COOP_AFTER = 1000
 
 
 def _as_func(kern):
@@ -389,8 +391,9 @@ class StepGraphs:
         self.enabled = default_enabled() if enabled is None else enabled
         # CPU steps as cooperative kernels (nncore.coop; fused, so graphs are cached as fused ones are)
         self.coop = coop.enabled() and _k.on_cpu() if coop_on is None else coop_on
+        self._coop_always = coop_on is True  # (asked for: every step, not only those where ``coop.pays``)
         # Steps of one launch sequence run with Taichi's loops before their cooperative kernel is built: that
-        # kernel compiles slowly (nncore.coop), and short runs (tests, a few steps) would pay it for nothing.
+        # kernel compiles slowly (nncore.coop), and short runs (tests, a few epochs) would pay it for nothing.
         self.coop_after = COOP_AFTER if coop_after is None else coop_after
         self._pending: dict = {}  # id(entry) -> [its key, steps run]: entries awaiting their cooperative kernel
         self.fuse_asked = fused_default() if fused is None else fused
@@ -461,11 +464,14 @@ class StepGraphs:
                     generic = self._graphs[key[:2]] = self._build(calls, False)
                 return generic
             self._variants[key[:2]] = n + 1
-        wait = self.coop and self.coop_after > 0 and coop.threads() > 0
+        wait = self.coop and self.coop_after > 0 and coop.threads() > 0 and self._coop_pays(calls)
         entry = self._graphs[key] = self._build(calls, len(key) == 3, coop_now=not wait)
         if wait:
             self._pending[id(entry)] = [key, 0]
         return entry
+
+    def _coop_pays(self, calls) -> bool:
+        return self._coop_always or coop.pays(calls)
 
     def _upgrade(self, entry, calls) -> tuple:
         """``entry``, or where it has run ``coop_after`` steps with Taichi's loops, its cooperative one."""
@@ -517,7 +523,7 @@ class StepGraphs:
         """(graph, fuse_plan, _binds) for this launch sequence: the fused step's graph where ``fused`` is on, else
         (or if that fails to build: ``unfused`` counts it) the recorded launches' graph (plan None), else (False,
         None, None), launched one by one (``fallbacks`` counts it)."""
-        threads = coop.threads() if self.coop and coop_now else 0
+        threads = coop.threads() if self.coop and coop_now and self._coop_pays(calls) else 0
         if threads or self.fuse_asked:
             try:
                 plan = fuse_plan(calls, static, threads)

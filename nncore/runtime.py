@@ -293,9 +293,12 @@ def init(arch: str = "cpu-parallel", threads: int | None = None, pin: bool = Tru
         # iterations into trees that need more registers than AVX2 has, and spills (net-1h's step is 12% faster
         # without it). The kernels
         # vectorise by hand, so nothing relies on reassociation, and sums keep their written order.
+        # opt_level 0: Taichi skips its whole-kernel common subexpression elimination (LLVM still runs its own),
+        # whose time grows with the square of a kernel's size: CPU kernels compile several times faster, a
+        # cooperative step (nncore.coop) most, and run as fast (docs/LOG.md, "opt_level 0 on the CPU").
         kwargs = dict(arch=ti.cpu, cpu_max_num_threads=n_threads, real_matrix_scalarize=False,
                       make_cpu_multithreading_loop=False, cpu_block_dim_adaptive=False,
-                      default_cpu_block_dim=CPU_TASK, fast_math=False)
+                      default_cpu_block_dim=CPU_TASK, fast_math=False, opt_level=0)
         block = 1
     # Every option is passed again on each call: ti.init resets all of them to their defaults.
     # ti.init prints "[Taichi] Starting on arch=..." to stdout, which must stay clean for --jsonl -.

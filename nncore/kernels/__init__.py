@@ -110,6 +110,7 @@ class Sized:
 
     def __init__(self, fn, work):
         self.pool, self.here, self.work = ti.kernel(fn), ti.kernel(fn), work
+        self.pool._nncore_work = self.here._nncore_work = work  # (for a recorded call: ``work_of``)
         self.__name__, self.__doc__ = fn.__name__, fn.__doc__
         self._primal = self.pool._primal  # marks a kernel, as on Taichi's own wrappers
 
@@ -117,6 +118,13 @@ class Sized:
         if runtime.serial or not on_cpu() or self.work(*args) >= IN_PLACE_NS:
             return _launch(self.pool, args)
         return _launch(self.here, args, in_place=True)
+
+
+def work_of(call) -> int:
+    """A recorded call's estimated single-thread time in ns (``Sized``'s estimate; 0 for other kernels)."""
+    kern, args, _ = call
+    work = getattr(kern, "_nncore_work", None)
+    return work(*args) if work is not None else 0
 
 
 def sized(work):

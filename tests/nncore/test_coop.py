@@ -184,6 +184,7 @@ def test_a_training_run_in_cooperative_steps(arch, monkeypatch):
     """The trainer's step (the batch's gather, the step, the loss into its running sum: a serialised kernel) as
     cooperative kernels: the same weights, losses and accuracy as with Taichi's loops."""
     monkeypatch.setattr(G, "COOP_AFTER", 0)
+    monkeypatch.setattr(coop, "pays", lambda calls: True)  # (quadrant's small step would not be, by default)
     (_, _, g_off), (_, _, g_on) = quadrant_off_and_on(monkeypatch, "LAYERLAB_COOP", arch)
     l_off, l_on = g_off.launches, g_on.launches
     assert l_on[1] <= 2 < l_off[1], (l_on, l_off)  # (two where one would take over graph.MAX_ARGS arguments)
@@ -204,14 +205,40 @@ def test_unpinned_workers_keep_taichis_loops(monkeypatch):
     assert coop.threads() == runtime.current().threads
 
 
-def test_switched_on_by_the_environment(monkeypatch):
+def test_on_unless_switched_off_by_the_environment(monkeypatch):
     runtime.ensure("cpu-parallel")
     monkeypatch.delenv("LAYERLAB_COOP", raising=False)
-    assert not G.StepGraphs().coop  # (off unless asked for)
+    assert G.StepGraphs().coop
     monkeypatch.setenv("LAYERLAB_COOP", "0")
     assert not G.StepGraphs().coop
     monkeypatch.setenv("LAYERLAB_COOP", "1")
     assert G.StepGraphs().coop
+
+
+@pytest.mark.parametrize("name,batch,pays", [("quadrant", 32, False), ("quadrant", 1000, False),
+                                             ("net-1h", 8, True), ("net-1h", 64, True), ("cnn64", 64, True)])
+def test_cooperative_only_where_a_kernel_is_large_enough_for_the_pool(monkeypatch, name, batch, pays):
+    """By default a step is cooperative only where one of its kernels would run on the pool (a hand-off to
+    save): quadrant's small kernels all run in place on one thread, and stay Taichi's loops."""
+    from nncore.config import load_config
+    from nncore import kernels as K
+
+    runtime.ensure("cpu-parallel")
+    spec = load_config("quadrant").model if name == "quadrant" else workload_model(name)
+    net = Sequential.from_spec(spec, seed=0)
+    net.graphs = G.StepGraphs(enabled=False)  # (the step's launches recorded here, not by its graphs)
+    opt = SGD(net.n_params, lr=0.01)
+    ws = net.workspace(batch)
+    calls = G.record(lambda: net.train_step(ws, opt))
+    assert coop.pays(calls) == pays
+    assert max(K.work_of(c) for c in calls) > 0  # (the estimates are there)
+    if not pays and batch == 32:  # the default StepGraphs keeps Taichi's loops for it
+        monkeypatch.setattr(G, "COOP_AFTER", 0)
+        net.graphs = G.StepGraphs()
+        rng = np.random.default_rng(0)
+        ws.load(rng.random((batch, 2), dtype=np.float32), rng.integers(0, 2, batch))
+        net.train_step(ws, opt)
+        assert net.graphs.coop and net.graphs.launches[1] == net.graphs.launches[0] > 2
 
 
 def test_a_step_runs_taichis_loops_until_it_recurs(rng):
