@@ -261,10 +261,7 @@ class LinearAct:
         self.linear, self.kind, self.nxt = linear, self.KINDS[type(act)], nxt
 
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
-        shapes = self.linear.scratch_shapes(batch, need_dinp)  # (CUDA: the split gradients' partial sums, if any)
-        if self.nxt is not None:
-            shapes["wn"] = ("v16", K_gemm.strips_shape(self.nxt.out_features, self.nxt.in_features))
-        return shapes
+        return self.linear.scratch_shapes(batch, need_dinp)  # (CUDA: the split gradients' partial sums, if any)
 
     def forward(self, out, inp, params, scratch, packed: bool = False, loss=None) -> None:
         lin = self.linear
@@ -276,10 +273,8 @@ class LinearAct:
                  panels_only: bool = False, tail=None) -> None:
         lin, nxt = self.linear, self.nxt
         if on_cpu():
-            if nxt is not None:  # dout: the gradient at nxt's output
-                K_gemm.weight_strips(scratch["wn"], params, nxt.offsets["weight"], nxt.in_features, 0)
             return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind,
-                                scratch.get("wn"), sgd, panels_only, wn_off=nxt.offsets["weight"] if nxt else 0)
+                                nxt.offsets["weight"] if nxt is not None else None, sgd, panels_only)
         K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, out, params, lin.offsets["weight"], lin.offsets["bias"],
                                     need_dinp, self.kind, scratch.get("dpartial"), tail)
 

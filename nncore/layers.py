@@ -176,12 +176,12 @@ class Linear(Layer):
         else:
             K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, 0, loss)
 
-    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0, wn=None, sgd=None,
-                 panels_only=False, tail=None, wn_off=0):
-        """``out``: the output of the fused activation (``kind`` > 0, CPU), whose derivative it takes. ``wn``
-        (CPU, nncore.fusion.LinearAct): the strips of the next Linear's W, ``dout`` then the gradient at that
-        Linear's output, from which the gradient at this layer's output is formed (no input gradient then), and
-        that Linear's weight gradient, its W at ``wn_off``.
+    def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0, wn_off=None, sgd=None,
+                 panels_only=False, tail=None):
+        """``out``: the output of the fused activation (``kind`` > 0, CPU), whose derivative it takes. ``wn_off``
+        (CPU, nncore.fusion.LinearAct): the offset of the next Linear's W, a narrow one; ``dout`` is then the
+        gradient at that Linear's output, from which the gradient at this layer's output is formed (no input
+        gradient then), and that Linear's weight gradient is summed here too.
         ``sgd`` (CPU, where ``applies_sgd``: optim.SGD.fused()): W gets SGD's step instead of its gradient, after
         the input gradient has read it; with ``panels_only`` (no input gradient), the new W goes to scratch's W
         panels alone and params' copy is left out of date (nncore.network keeps track). ``tail`` (CUDA,
@@ -198,8 +198,8 @@ class Linear(Layer):
                 K_gemm.stage_panels(scratch["dp"], dout, out, kind)
                 K_gemm.weight_strips(scratch["wv"], params, w_off, self.in_features, self.cl_c)
                 K_gemm.linear_dinput_cpu(dinp, scratch["dp"], scratch["wv"])
-            if wn is not None:
-                K_gemm.stage_dz_from(scratch["ds"], dparams, dout, wn, out, b_off, wn_off, kind, dout.shape[1])
+            if wn_off is not None:
+                K_gemm.stage_dz_from(scratch["ds"], dparams, dout, params, out, b_off, wn_off, kind, dout.shape[1])
             else:
                 K_gemm.stage_dz(scratch["ds"], dparams, dout, out, b_off, kind)
             if "xs" in scratch:

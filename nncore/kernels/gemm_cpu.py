@@ -240,21 +240,22 @@ def stage_dz(ds: VA2, dparams: F1, dout: F2, out: F2, b_off: ti.i32, kind: ti.te
 
 
 @sized(lambda ds, dparams, dnext, *_: n_elems(ds) * L * (2 * dnext.shape[1] + 4) // 16)
-def stage_dz_from(ds: VA2, dparams: F1, dnext: F2, wn: VA2, out: F2, b_off: ti.i32, wn_off: ti.i32,
+def stage_dz_from(ds: VA2, dparams: F1, dnext: F2, params: F1, out: F2, b_off: ti.i32, wn_off: ti.i32,
                   kind: ti.template(), nk: ti.template()):
     # As stage_dz, for a layer whose output feeds a narrow Linear (see ``staging_pays``) that leaves its input
     # gradient and its weight gradient to this kernel: dout = dnext @ Wn is formed here, strip by strip, and
     # never stored, and dWn = dnext^T @ out is summed from the same strips of out.
-    # dnext: (B, NN) f32, the gradient at the narrow Linear's output, NN = nk   wn: (ceil(OUT / 16), NN) 16-wide
-    # vectors, its W (NN, OUT) as strips (weight_strips)   out: (B, OUT) f32, this layer's output (the narrow
-    # Linear's input)   dparams[wn_off:]: dWn (NN, OUT)
-    # A task per strip of 16 outputs walks down the batch once per group of ROWS * COLS of the NN outputs (the
-    # register tile's accumulator budget): the first pass also forms the strip's dz and bias gradient. Each
-    # row of out is read once a pass (a row's 16 floats cost 16 loads; doc at the top).
+    # dnext: (B, NN) f32, the gradient at the narrow Linear's output, NN = nk   params[wn_off:]: its W (NN, OUT),
+    # dparams[wn_off:]: dW   out: (B, OUT) f32, this layer's output (the narrow Linear's input)
+    # A task per strip of 16 outputs: Wn's NN pieces of the strip held in registers (one load each), it walks
+    # down the batch once per group of ROWS * COLS of the NN outputs (the register tile's accumulator budget);
+    # the first pass also forms the strip's dz and bias gradient. A row of out is read once a pass (a row's 16
+    # floats cost 16 loads; doc at the top).
     n, n_b = out.shape[1], out.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for ob in range(ds.shape[0]):
         n0 = ob * L
+        w = [_row1(params, wn_off + k * n, n0, n) for k in ti.static(range(nk))]
         for k0 in ti.static(range(0, nk, ROWS * COLS)):
             kn = ti.static(min(ROWS * COLS, nk - k0))
             acc = [V(0.0) for _ in ti.static(range(kn))]
@@ -264,7 +265,7 @@ def stage_dz_from(ds: VA2, dparams: F1, dnext: F2, wn: VA2, out: F2, b_off: ti.i
                 if ti.static(k0 == 0):
                     g = V(0.0)
                     for k in ti.static(range(nk)):
-                        madd(g, dnext[b, k], wn[ob, k])
+                        madd(g, dnext[b, k], w[k])
                     if ti.static(kind != 0):
                         g = dz_v(g, h, kind)
                     ds[ob, b] = g
@@ -275,6 +276,19 @@ def stage_dz_from(ds: VA2, dparams: F1, dnext: F2, wn: VA2, out: F2, b_off: ti.i
                 _store16(dparams, b_off + n0, db, n - n0)
             for j in ti.static(range(kn)):
                 _store16(dparams, wn_off + (k0 + j) * n + n0, acc[j], n - n0)
+
+
+@ti.func
+def _row1(x: ti.template(), at, n0, n):
+    """x[at + n0 : at + n0 + 16] (a 1-D array) as a vector, zero past n0 + 16 > n."""
+    v = V(0.0)
+    if n0 + L <= n:
+        v = V([x[at + n0 + l] for l in ti.static(range(L))])
+    else:
+        for l in ti.static(range(L)):
+            if n0 + l < n:
+                v[l] = x[at + n0 + l]
+    return v
 
 
 @ti.func
