@@ -951,3 +951,24 @@ async def test_a_dialogs_footer_shows_its_own_keys_not_the_views(fixed_env):
             assert "Cancel" in shown and "Add" not in shown and "Start" not in shown, shown
             await pilot.press("escape")
             await wait_for(pilot, lambda: len(app.screen_stack) == 1)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (140, 45)])
+async def test_the_epoch_line_breaks_between_its_figures_never_inside_one(size):
+    """At 80 columns, from epoch 100 on, the epoch's line no longer fits: it breaks between its figures, so
+    "test loss" keeps its value beside it; wide enough, it stays one line."""
+    from tui.panes.train import TrainPane
+
+    app = LayerlabApp("quadrant", store=False)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("3")
+        await pilot.pause()
+        pane = app.query_one(TrainPane)
+        pane.on_epoch({"epoch": 123, "test_loss": 0.03004, "test_acc": 0.809, "train_loss": 0.02701, "steps": 10})
+        await pilot.pause()
+        label = app.query_one("#accuracy")
+        lines = str(label.render()).splitlines()
+        assert all(len(line) <= label.content_size.width for line in lines)
+        assert any("test loss 0.0300" in line for line in lines)
+        assert any("train loss 0.0270" in line for line in lines)
+        assert ("epoch 123: test acc 0.8090 (best 0.8090)" in lines[0]) and len(lines) == (1 if size[0] > 100 else 2)

@@ -121,20 +121,20 @@ class TrainPane(Guarded, Vertical):
         self.query_one("#train-acc", Chart).show([self.curves])
         acc = msg["test_acc"]
         self.best_acc = acc if self.best_acc is None else max(self.best_acc, acc)
-        self.query_one("#accuracy", Static).update(
-            f"epoch {msg['epoch']}: test acc {acc:.4f} (best {self.best_acc:.4f}) · "
-            f"train loss {f4(msg['train_loss'])} · test loss {f4(msg['test_loss'])}")
+        self._show_parts([f"epoch {msg['epoch']}: test acc {acc:.4f} (best {self.best_acc:.4f})",
+                          f"train loss {f4(msg['train_loss'])}", f"test loss {f4(msg['test_loss'])}"], "#accuracy")
         if msg.get("timings"):
             self.query_one("#timings", TimingBars).show(msg["timings"])
         if msg.get("ranks"):
             self.query_one("#rank-times", RankBars).show(msg["ranks"], msg.get("comm_share"))
         self.query_one("#progress", ProgressBar).update(progress=msg["steps"])
 
-    def _show_parts(self, parts: list[str]) -> None:
-        """The progress line's parts joined by " · ", broken between parts (never inside "ETA 1h 23m") where
-        the terminal is too narrow for one line."""
-        self.progress_parts = parts
-        label = self.query_one("#progress-label", Static)
+    def _show_parts(self, parts: list[str], where: str = "#progress-label") -> None:
+        """A line's parts (the progress line's, or the last epoch's figures) joined by " · ", broken between
+        parts (never inside "ETA 1h 23m" or "test loss 0.0300") where the terminal is too narrow for one line."""
+        if where == "#progress-label":
+            self.progress_parts = parts
+        label = self.query_one(where, Static)
         width = label.content_size.width or 78
         lines = [""]
         for part in parts:
