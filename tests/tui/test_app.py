@@ -972,3 +972,26 @@ async def test_the_epoch_line_breaks_between_its_figures_never_inside_one(size):
         assert any("test loss 0.0300" in line for line in lines)
         assert any("train loss 0.0270" in line for line in lines)
         assert ("epoch 123: test acc 0.8090 (best 0.8090)" in lines[0]) and len(lines) == (1 if size[0] > 100 else 2)
+
+
+async def test_the_finished_notice_leaves_the_tabs_whole_at_80_columns(fixed_env, fake_runs, monkeypatch):
+    """The notice at a run's end sits over the end of the tab row: short ("finished · acc 0.9700"), it covers
+    none of the tabs at 80 columns; the Train view still says it in full."""
+    from textual.widgets import Tabs
+    from textual.widgets._toast import Toast, ToastRack
+    from tests.tui.conftest import FakeHandle
+
+    monkeypatch.setattr(FakeHandle, "per_poll", 0)  # the test feeds the run's events itself
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.handle is not None)
+        for msg in scripted_run():
+            app._run_message({**msg, "config": fake_runs[-1]} if msg["event"] == "run_started" else msg)
+        await pilot.pause(0.3)
+        assert [n.message for n in app._notifications][-1] == "finished · acc 0.9700"
+        toast = list(app.screen.get_child_by_type(ToastRack).query(Toast))[-1]
+        tabs = app.query_one(Tabs)
+        last_tab = max(t.region.right for t in tabs.query("Tab"))
+        assert toast.region.y <= tabs.region.y < toast.region.bottom and toast.region.x >= last_tab
+        assert str(app.query_one("#run-state").render()) == "finished: test acc 0.9700"
