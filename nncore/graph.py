@@ -32,6 +32,7 @@ import inspect
 import itertools
 import operator
 import os
+import time
 import types
 
 from . import coop, cudagraph
@@ -40,6 +41,9 @@ from . import runtime
 from .runtime import ti
 from taichi.lang import impl as _impl
 from taichi.lang.any_array import AnyArray
+
+_clock = time.perf_counter  # (tests swap it)
+
 
 def default_enabled() -> bool:
     """Whether train steps run as compute graphs: yes, on every backend, unless the environment variable
@@ -183,6 +187,50 @@ MAX_VARIANTS = 8  # static fused kernels per step signature (shapes, fixed integ
 # Steps of a launch sequence before its cooperative kernel (StepGraphs.coop_after): its first compile takes
 # seconds (net-1h's), a stall in the app's live run, and a run of a few hundred steps would not win them back.
 COOP_AFTER = 1000
+
+
+class _Duel:
+    """A launch sequence's two ways, Taichi's loops and its cooperative kernel, timed against each other: spin
+    barriers are fast on cores of their own and slow where another busy process shares them (net-1h's step took
+    1.6x as long as with Taichi's loops while a test suite ran on the same two cores), so the faster of the two,
+    as measured, runs. A trial alternates blocks of BLOCK steps of each, BLOCKS in all, then the one with the
+    lower median step time runs for RUN steps, and a new trial follows. Both give the same results bit for bit
+    (tests/nncore/test_coop.py), so a switch changes nothing but the time."""
+
+    BLOCK, BLOCKS, RUN = 8, 6, 2000
+
+    def __init__(self, loops, coop_entry):
+        self.entries = (loops, coop_entry)
+        self.times: tuple = ([], [])
+        self.trial = 0  # steps of the current trial taken; -1 while the winner runs
+        self.left = 0  # the winner's steps left before the next trial
+        self.winner = 1
+        self.current = 1
+        self.trials = self.wins = 0  # trials so far, and how many the cooperative kernel won
+
+    def pick(self):
+        """The entry for this step."""
+        if self.trial < 0 and self.left > 0:
+            self.left -= 1
+            self.current = self.winner
+        else:
+            self.trial = max(self.trial, 0)
+            self.current = 1 - (self.trial // self.BLOCK) % 2  # the cooperative kernel's block first
+        return self.entries[self.current]
+
+    def took(self, seconds: float) -> None:
+        """This step's time (the launch, which on the CPU returns when the step is done)."""
+        if self.trial < 0:
+            return
+        self.times[self.current].append(seconds)
+        self.trial += 1
+        if self.trial >= self.BLOCK * self.BLOCKS:
+            loops, coop_t = (sorted(t)[len(t) // 2] for t in self.times)
+            self.winner = 1 if coop_t <= loops else 0
+            self.trials += 1
+            self.wins += self.winner
+            self.times = ([], [])
+            self.trial, self.left = -1, self.RUN
 
 
 def _as_func(kern):
@@ -396,6 +444,7 @@ class StepGraphs:
         # kernel compiles slowly (nncore.coop), and short runs (tests, a few epochs) would pay it for nothing.
         self.coop_after = COOP_AFTER if coop_after is None else coop_after
         self._pending: dict = {}  # id(entry) -> [its key, steps run]: entries awaiting their cooperative kernel
+        self._duels: dict = {}  # id(cooperative entry) -> its _Duel with the entry of Taichi's loops it replaced
         self.fuse_asked = fused_default() if fused is None else fused
         self.fused = self.fuse_asked or self.coop  # steps fused into one kernel (``fuse_plan``)
         self.static = self.fused and (static_default() if static is None else static)
@@ -442,16 +491,22 @@ class StepGraphs:
                 self._fast[fast] = entry
         if self._pending:
             entry = self._upgrade(entry, calls)
+        duel = self._duels.get(id(entry)) if self._duels else None
+        if duel is not None:
+            entry = duel.pick()
         graph, plan, binds = entry
         self.launches = (len(calls), len(plan) if plan is not None else len(calls))
         if self._ran:  # building it ran this step (``_replay``)
             return
+        t0 = _clock()
         if binds is None and plan is not None:
             graph.run(apply_plan(plan, calls))
         elif graph is False:
             launch(apply_plan(plan, calls) if plan is not None else calls)
         else:  # the graph's arguments straight from the recorded calls (``_binds``)
             _run_graph(graph, _args(binds, calls))
+        if duel is not None:
+            duel.took(_clock() - t0)
 
     def _new(self, calls, key) -> tuple:
         """The entry for a key not seen yet: a static one, unless MAX_VARIANTS static graphs of this signature
@@ -485,6 +540,8 @@ class StepGraphs:
         key = p[0]
         new = self._graphs[key] = self._build(calls, len(key) == 3, coop_now=True)
         self._fast.clear()  # (it holds the old entry; the next step finds the new one by its full key)
+        if new[1] is not None and new is not entry:  # (a cooperative kernel was built: it runs where it is faster)
+            self._duels[id(new)] = _Duel(entry, new)
         return new
 
     def close(self) -> None:
@@ -496,6 +553,7 @@ class StepGraphs:
         self._variants.clear()
         self._fast.clear()
         self._pending.clear()
+        self._duels.clear()
 
     def _replay(self, plan, calls):
         """The fused step as a CUDA graph (nncore.cudagraph): its kernels launched once through Taichi, traced,

@@ -3,8 +3,9 @@
 The dataset is uploaded to the device once per run; each epoch uploads one shuffled index array, and each
 step gathers its batch on the device. The host reads the loss only every ``log_every`` steps (and at the
 end of an epoch), so steps queue back to back. A non-finite batch loss is recorded on the device with its
-step number, and the weights are scanned on the device at each of those reads; either ends the run with
-:class:`DivergedError`. ``should_stop`` is polled between
+step number and checked at each of those reads; the weights are scanned on the device at a read once
+``WEIGHT_CHECK_STEPS`` steps have passed since the last scan, and at the end of each epoch; either ends the
+run with :class:`DivergedError`. ``should_stop`` is polled between
 steps; a stop finishes the current step, saves what was asked for and ends the run as stopped.
 
 With a :class:`~nncore.distributed.Cluster` the run is one rank of a data-parallel run (see
@@ -28,6 +29,12 @@ from . import data as datasets
 from . import runtime
 from .config import CSV_FIELDS, RunConfig, fit_model
 from .distributed import RankFailed
+
+# Steps between two scans of the weights for non-finite values (and at every epoch's end). A scan reads every
+# parameter (net-1h's 814,090: about a millisecond on two cores, more than a step), so a scan at each loss read
+# (every 4 steps on the embedded subset) took a third of the training time; a diverging run's loss almost always
+# shows it first.
+WEIGHT_CHECK_STEPS = 50
 from .errors import ConfigError, DataError, DivergedError, LayerlabError
 from .fileio import write_or_rescue
 from .limits import check_index
@@ -145,6 +152,7 @@ class Trainer:
         self.bad_w = ti.ndarray(ti.i32, shape=(1,))
         self.bad.fill(0)
         self.bad_w.fill(0)
+        self.weights_checked = 0  # the step of the last scan of the weights (``_check_diverged``)
         self.batch = tr["batch_size"]
         n = len(ds.x_train)
         self.steps_per_epoch = -(-n // self.batch)
@@ -189,10 +197,14 @@ class Trainer:
         gather = lambda: gather_rows(ws.x, ws.labels, *self.train_set, start)  # noqa: E731
         timer.add(self.net.timed_step(ws, self.opt, gather, reduce), ws.batch)
 
-    def _check_diverged(self) -> None:
+    def _check_diverged(self, weights: bool = True) -> None:
+        """Ends the run (DivergedError) where a loss was non-finite or a weight is. The weights are scanned
+        where ``weights`` asks for it, else only once WEIGHT_CHECK_STEPS steps have passed since the last scan."""
         bad = int(self.bad.to_numpy()[0])
-        if not bad:
-            check_finite(self.bad_w, self.net.params_to_read(), self.step)  # weights too: a finite loss can hide them
+        if not bad and (weights or self.step - self.weights_checked >= WEIGHT_CHECK_STEPS):
+            # (a finite loss can hide non-finite weights: behind a ReLU that is off, say)
+            check_finite(self.bad_w, self.net.params_to_read(), self.step)
+            self.weights_checked = self.step
         bad_w = int(self.bad_w.to_numpy()[0])
         if self.cluster is not None:  # every rank reaches this point: agree, so all stop together
             bad, bad_w = self.cluster.first_steps([bad, bad_w])
@@ -277,13 +289,13 @@ class Trainer:
                 if single:  # a step taken while paused: reading and sending its loss is not training time
                     runtime.sync()
                     t = time.perf_counter()
-                    self._check_diverged()
+                    self._check_diverged()  # (the weights too: it is not training time)
                     self.paused_s += time.perf_counter() - t
                     t = time.perf_counter()
                     log()
                     self.paused_s += time.perf_counter() - t
                 else:
-                    self._check_diverged()
+                    self._check_diverged(weights=False)
                     log()
             self.report_step = log if cl is None else None
             if self.every and self.every[1] == "steps" and self.step % self.every[0] == 0:

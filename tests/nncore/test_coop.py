@@ -265,6 +265,44 @@ def test_a_step_runs_taichis_loops_until_it_recurs(rng):
     np.testing.assert_array_equal(ends[0], ends[1])
 
 
+@pytest.mark.parametrize("coop_faster", [True, False])
+def test_the_faster_of_the_two_runs_as_timed(rng, monkeypatch, coop_faster):
+    """Once built, the cooperative kernel and Taichi's loops are timed against each other in alternating blocks
+    (graph._Duel) and the faster runs until the next trial; the weights equal a run on Taichi's loops alone.
+    The clock is a stand-in that makes one of the two take twice as long."""
+    runtime.ensure("cpu-parallel")
+    monkeypatch.setattr(G._Duel, "BLOCK", 2)
+    monkeypatch.setattr(G._Duel, "BLOCKS", 4)
+    monkeypatch.setattr(G._Duel, "RUN", 5)
+    batches = [(rng.random((33, 50), dtype=np.float32), rng.integers(0, 7, 33)) for _ in range(22)]
+    ends, launched = [], []
+    for coop_on in (True, False):
+        net = Sequential.from_spec(ODD_MLP, seed=3)
+        net.graphs = G.StepGraphs(coop_on=coop_on, coop_after=2)
+        clock = {"t": 0.0}
+
+        def fake_clock():  # called before and after a timed step's launch: the step's cost between the two
+            cooperative = net.graphs.launches[1] <= 2  # noqa: B023 (this run's net)
+            clock["t"] += 1.0 if cooperative == coop_faster else 2.0
+            return clock["t"]
+
+        monkeypatch.setattr(G, "_clock", fake_clock)
+        opt = SGD(net.n_params, lr=0.05, momentum=0.9)
+        ws = net.workspace(33)
+        for x, y in batches:
+            ws.load(x, y)
+            net.train_step(ws, opt)
+            if coop_on:
+                launched.append(net.graphs.launches[1] <= 2)
+        ends.append(net.params.to_numpy())
+    # step 1 Taichi's loops; at step 2 (coop_after) the kernel is built and the trial starts: 2 cooperative, 2
+    # loops, 2, 2 (steps 2-9); then the winner for 5 steps (10-14), and a new trial (15-22)
+    assert launched[:1] == [False]
+    assert launched[1:9] == [True, True, False, False] * 2
+    assert launched[9:14] == [coop_faster] * 5 and launched[14:22] == [True, True, False, False] * 2
+    np.testing.assert_array_equal(ends[0], ends[1])
+
+
 def test_generated_kernels_compile_after_linecache_is_emptied(rng):
     """Taichi reads a kernel's source whenever it compiles it (again on every runtime), and PyTorch's inductor
     empties linecache, where the generated sources live: a step built again after both must still fuse."""

@@ -150,3 +150,25 @@ def test_a_stop_before_the_first_evaluation_reports_no_accuracy():
     assert ev.from_json(end.to_json()) == end
     events, end = run(cfg, should_stop=lambda: True)  # not one step: no rate either
     assert end.steps == 0 and end.samples_per_s is None and end.test_acc is None
+
+
+def test_weights_are_scanned_every_so_many_steps_and_at_each_epochs_end(monkeypatch):
+    """The loss is read every log_every steps (here every step); the weights, a scan of every parameter, only
+    once train.WEIGHT_CHECK_STEPS steps have passed since the last scan, and at each epoch's end: a non-finite
+    weight is still found, and stops the run as diverged."""
+    import nncore.train as T
+
+    scans, real = [], T.check_finite
+    poison_at = 70
+
+    def scan(bad, values, step):
+        scans.append(step)
+        if step >= poison_at:  # a non-finite weight that this step's loss did not show
+            values.from_numpy(np.where(np.arange(values.shape[0]) == 3, np.nan, values.to_numpy()))
+        real(bad, values, step)
+
+    monkeypatch.setattr(T, "check_finite", scan)
+    cfg = load_config("quadrant").override("train", epochs=3, log_every=1)  # 50 steps an epoch
+    end = Trainer(cfg).run()
+    assert scans[:3] == [50, 50, 100] and all(b - a <= T.WEIGHT_CHECK_STEPS for a, b in zip(scans, scans[1:]))
+    assert isinstance(end, ev.RunFailed) and end.exit_code == 3 and "non-finite weight by step 100" in end.error
