@@ -47,7 +47,7 @@ def _check(args) -> tuple[list[str], list[int]]:
 
 def _line(r: bench.BenchResult, modes) -> str:
     torch = "".join(f"{r.torch_modes[m]['samples_per_s']:>12,.0f} {r.torch_modes[m]['ratio']:>6.2f}x"
-                    if m in r.torch_modes else f"{'—':>12} {'':>7}" for m in modes)
+                    if m in r.torch_modes else f"{'—':>12} {'—':>7}" for m in modes)
     return (f"{r.workload:<8} {r.batch:>6} {r.samples_per_s:>12,.0f} {r.ms_per_step:>9.2f} {r.gflops:>8.2f} "
             f"{r.compile_s:>9.2f} {torch}")
 
@@ -108,7 +108,10 @@ def run_bench(args) -> int:
     finally:
         if peer is not None:
             peer.close()
-    if text:
+    if text and results:
+        # (per part: from steps launched part by part with a sync after each, so the parts add up to more than a
+        # step of the table, which runs as one graph)
+        print("the largest parts, timed in steps synced part by part:")
         for r in results:
             top = sorted(r.layers, key=lambda t: -t["share"])[:3]
             print(f"  {r.workload} batch {r.batch}: " + ", ".join(

@@ -21,9 +21,9 @@ step keeps Taichi's own loops.
 Only where the workers are pinned one to a core (nncore.pinning), or on one thread: two spinning workers on
 one core would wait for each other until the scheduler's next tick; and only for a step with a kernel large
 enough for the pool (``pays``). Spinning needs the cores: where another busy process shares them, the
-cooperative step runs slower than Taichi's loops (docs/LOG.md), and LAYERLAB_COOP=0 turns it off. The kernel
-is one large task, which takes seconds to compile, so ``graph.StepGraphs`` builds it only once a launch
-sequence recurs (``coop_after``).
+cooperative step runs slower than Taichi's loops (docs/LOG.md), so ``graph.StepGraphs`` times the two against
+each other now and then and runs the faster (``graph._Duel``); LAYERLAB_COOP=0 turns it off. The kernel is one
+large task, which takes seconds to compile, so it is built only once a launch sequence recurs (``coop_after``).
 """
 
 import ast

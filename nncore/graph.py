@@ -185,8 +185,10 @@ _fused: dict = {}  # (signature, the ndarrays' sharing pattern, static spec) -> 
 _serial = itertools.count()
 MAX_VARIANTS = 8  # static fused kernels per step signature (shapes, fixed integers); past it, one generic
 # Steps of a launch sequence before its cooperative kernel (StepGraphs.coop_after): its first compile takes
-# seconds (net-1h's), a stall in the app's live run, and a run of a few hundred steps would not win them back.
-COOP_AFTER = 1000
+# seconds (net-1h's), and even from Taichi's offline cache its machine code takes most of a second to make at
+# every start, which a run of a few thousand steps does not win back (docs/perf-log.md, "2026-11-26, late
+# evening").
+COOP_AFTER = 5000
 
 
 class _Duel:
@@ -194,10 +196,13 @@ class _Duel:
     barriers are fast on cores of their own and slow where another busy process shares them (net-1h's step took
     1.6x as long as with Taichi's loops while a test suite ran on the same two cores), so the faster of the two,
     as measured, runs. A trial alternates blocks of BLOCK steps of each, BLOCKS in all, then the one with the
-    lower median step time runs for RUN steps, and a new trial follows. Both give the same results bit for bit
-    (tests/nncore/test_coop.py), so a switch changes nothing but the time."""
+    lower total time (its slowest twelfth left out) runs for RUN steps, and a new trial follows. Totals, not
+    medians: a spinning step is slow only now and then, when the scheduler gives a worker's core to the other
+    process, and the median missed it (with a busy process beside net-1h, it chose the cooperative step, 15%
+    slower over the run). Both give the
+    same results bit for bit (tests/nncore/test_coop.py), so a switch changes nothing but the time."""
 
-    BLOCK, BLOCKS, RUN = 8, 6, 2000
+    BLOCK, BLOCKS, RUN = 16, 6, 2000
 
     def __init__(self, loops, coop_entry):
         self.entries = (loops, coop_entry)
@@ -225,7 +230,9 @@ class _Duel:
         self.times[self.current].append(seconds)
         self.trial += 1
         if self.trial >= self.BLOCK * self.BLOCKS:
-            loops, coop_t = (sorted(t)[len(t) // 2] for t in self.times)
+            # (equal counts; the largest twelfth of each left out: a step that met a page fault or an epoch's
+            # evaluation before it is not the kernel's doing)
+            loops, coop_t = (sum(sorted(t)[:len(t) - len(t) // 12]) for t in self.times)
             self.winner = 1 if coop_t <= loops else 0
             self.trials += 1
             self.wins += self.winner

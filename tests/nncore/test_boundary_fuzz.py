@@ -218,7 +218,8 @@ def test_special_files_are_refused_at_once(tmp_path, kind, reader):
     target = _special(tmp_path, kind)
     if reader == "idx-dir":
         if kind == "dir" or str(target).startswith("/dev"):
-            pytest.skip("a directory of IDX files holding a special file is the case here, not a device as the dir")
+            pytest.skip("the idx-dir reader is tried with a FIFO inside the directory; a device or a directory as "
+                        "the IDX directory itself is covered by the idx reader's cases")
         (tmp_path / "d").mkdir()
         os.symlink(target, tmp_path / "d" / "train-images-idx3-ubyte")
     call = {"config": lambda: check_run(load_config(target)), "idx": lambda: data.read_idx(target),
