@@ -199,8 +199,8 @@ class _Duel:
     lower total time (its slowest twelfth left out) runs for RUN steps, and a new trial follows. Totals, not
     medians: a spinning step is slow only now and then, when the scheduler gives a worker's core to the other
     process, and the median missed it (with a busy process beside net-1h, it chose the cooperative step, 15%
-    slower over the run). Both give the
-    same results bit for bit (tests/nncore/test_coop.py), so a switch changes nothing but the time."""
+    slower over the run). Both give the same results bit for bit (tests/nncore/test_coop.py), so a switch
+    changes nothing but the time."""
 
     BLOCK, BLOCKS, RUN = 16, 6, 2000
 
@@ -505,7 +505,7 @@ class StepGraphs:
         self.launches = (len(calls), len(plan) if plan is not None else len(calls))
         if self._ran:  # building it ran this step (``_replay``)
             return
-        t0 = _clock()
+        t0 = _clock() if duel is not None else 0.0
         if binds is None and plan is not None:
             graph.run(apply_plan(plan, calls))
         elif graph is False:

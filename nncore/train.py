@@ -29,12 +29,6 @@ from . import data as datasets
 from . import runtime
 from .config import CSV_FIELDS, RunConfig, fit_model
 from .distributed import RankFailed
-
-# Steps between two scans of the weights for non-finite values (and at every epoch's end). A scan reads every
-# parameter (net-1h's 814,090: about a millisecond on two cores, more than a step), so a scan at each loss read
-# (every 4 steps on the embedded subset) took a third of the training time; a diverging run's loss almost always
-# shows it first.
-WEIGHT_CHECK_STEPS = 50
 from .errors import ConfigError, DataError, DivergedError, LayerlabError
 from .fileio import write_or_rescue
 from .limits import check_index
@@ -45,6 +39,12 @@ from . import checkpoint as ckpt
 from .network import Sequential
 from .optim import make_optimizer
 from .runtime import ti
+
+# Steps between two scans of the weights for non-finite values (and at every epoch's end). A scan reads every
+# parameter (net-1h's 814,090: about a millisecond on two cores, more than a step), so a scan at each loss read
+# (every 4 steps on the embedded subset) took a third of the training time; a diverging run's loss almost always
+# shows it first.
+WEIGHT_CHECK_STEPS = 50
 
 
 def _upload(x: np.ndarray, y: np.ndarray):
