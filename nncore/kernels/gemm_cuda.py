@@ -89,15 +89,31 @@ def _b(mode: ti.template(), x: ti.template(), params: ti.template(), w_off, n_in
     return v
 
 
+def _load_at(mode: int) -> int:
+    """After which k of a slice the next slice's loads are issued: the forward's (a branch around each load)
+    before any; the gradients' (unconditional loads) after a quarter of the slice, so that their wait on the
+    arrays' addresses overlaps the multiply-adds instead of following the barrier, where every warp of the block
+    would wait at once."""
+    return 0 if mode == 0 else BK // 4
+
+
 @ti.func
 def _load_a(mode: ti.template(), kind: ti.template(), tm: ti.template(), x: ti.template(), dout: ti.template(),
             out: ti.template(), m0, k0, M, K, tid):
-    """This thread's TM elements of the left operand's (16 TM)x16 slice at (m0, k0); zero past the edges."""
+    """This thread's TM elements of the left operand's (16 TM)x16 slice at (m0, k0); zero past the edges. In the
+    gradients' products the loads are unconditional (indices clamped to the edge, the value then dropped), so
+    that they share one read of each array's address from the argument buffer, where a branch around each load
+    made each wait for its own; the forward product kept its branches, which measured faster there (LOG.md)."""
     v = ti.Vector.zero(ti.f32, tm)
     for r in ti.static(range(tm)):
         mm, kk = _a_slot(mode, tm, tid + THREADS * r)
-        if m0 + mm < M and k0 + kk < K:
-            v[r] = _a(mode, x, dout, out, kind, m0 + mm, k0 + kk)
+        m, k = m0 + mm, k0 + kk
+        if ti.static(mode == 0):
+            if m < M and k < K:
+                v[r] = _a(mode, x, dout, out, kind, m, k)
+        else:
+            v[r] = ti.select(m < M and k < K, _a(mode, x, dout, out, kind, ti.min(m, M - 1), ti.min(k, K - 1)),
+                             0.0)
     return v
 
 
@@ -117,8 +133,13 @@ def _load_b(mode: ti.template(), x: ti.template(), params: ti.template(), w_off,
     v = ti.Vector.zero(ti.f32, 4)
     for r in ti.static(range(4)):
         kb, nb = _b_slot(mode, tid + THREADS * r)
-        if k0 + kb < K and n0 + nb < N:
-            v[r] = _b(mode, x, params, w_off, n_in, k0 + kb, n0 + nb)
+        k, n = k0 + kb, n0 + nb
+        if ti.static(mode == 0):
+            if k < K and n < N:
+                v[r] = _b(mode, x, params, w_off, n_in, k, n)
+        else:
+            v[r] = ti.select(k < K and n < N, _b(mode, x, params, w_off, n_in, ti.min(k, K - 1), ti.min(n, N - 1)),
+                             0.0)
     return v
 
 
@@ -158,10 +179,11 @@ def _tile(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.tem
             kb, nb = _b_slot(mode, tid + THREADS * r)
             b_sh[kb, nb] = rb[r]
         ti.simt.block.sync()
-        k1 = (kt + 1) * BK  # the next slice (all zero past K: no loads)
-        ra = _load_a(mode, kind, tm, x, dout, out, m0, k1, M, K, tid)
-        rb = _load_b(mode, x, params, w_off, n_in, n0, k1, N, K, tid)
         for kk in ti.static(range(BK)):
+            if ti.static(kk == _load_at(mode)):
+                k1 = (kt + 1) * BK  # the next slice (all zero past K: no loads)
+                ra = _load_a(mode, kind, tm, x, dout, out, m0, k1, M, K, tid)
+                rb = _load_b(mode, x, params, w_off, n_in, n0, k1, N, K, tid)
             for r, q in ti.static(ti.ndrange(tm, 4)):
                 acc[r, q] += a_sh[kk, ty + 16 * r] * b_sh[kk, tx + 16 * q]
         ti.simt.block.sync()
