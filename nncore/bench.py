@@ -20,7 +20,7 @@ import numpy as np
 from . import runtime
 from .config import load_config
 from .kernels.data import gather_rows
-from .network import Sequential, check_spec
+from .network import STEPS_A_LAUNCH, Sequential, check_spec
 from .optim import SGD
 from .peer import layer_specs
 from .runtime import ti
@@ -112,17 +112,28 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
     x, y = _data(model)
     xs, ys, order = device_pool(x, y)
     ws = net.workspace(batch)
-    starts = [(i * batch) % (POOL - batch + 1) for i in range(steps)]
+    starts = [(i * batch) % (POOL - batch + 1) for i in range(max(steps, warmup, STEPS_A_LAUNCH))]
 
     def run(n: int) -> None:
-        for s in starts[:n]:
-            net.train_step(ws, opt, gather=lambda: gather_rows(ws.x, ws.labels, xs, ys, order, s))  # noqa: B023
+        # As the trainer runs them: plain steps in runs of up to STEPS_A_LAUNCH whose batches follow each other
+        # in the pool (Sequential.train_steps), a run cut where the starts wrap around.
+        i = 0
+        while i < n:
+            s0, k = starts[i], 1
+            while k < min(STEPS_A_LAUNCH, n - i) and starts[i + k] == s0 + k * batch:
+                k += 1
+            i += net.train_steps(ws, opt, k, deltas={"start": batch},
+                                 gather=lambda j: lambda: gather_rows(ws.x, ws.labels, xs, ys, order, s0 + j * batch))  # noqa: B023
 
     t0 = time.perf_counter()
     run(1)
     runtime.sync()
     compile_s = time.perf_counter() - t0
-    run(max(warmup - 1, 0))
+    run(max(warmup - 1, 2))  # (two at least: the launch of several steps compiles its kernel here)
+    for _ in range(64):  # and its trial against single steps runs here, as it does at a training run's start
+        if not net.graphs.trying():
+            break
+        run(STEPS_A_LAUNCH)
     runtime.sync()
     ctx = {"specs": layer_specs(net), "loss": net.loss.name, "n_out": net.out_shape[0], "init": init, "x": x,
            "y": y, "starts": starts, "lr": lr}

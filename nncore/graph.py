@@ -240,6 +240,46 @@ class _Duel:
             self.trial, self.left = -1, self.RUN
 
 
+class _MultiTrial:
+    """Steps in one launch (``StepGraphs.run_steps``) or one a launch, timed against each other: a long launch
+    keeps both cores spinning for all its steps, and where another process takes a core now and then it ran
+    slower than single steps (cnn64 at batch 64 on two threads: 59,000-84,000 samples/s against a steady
+    74,000; docs/LOG.md), where on quiet cores it saves a launch's hand-off and the recording's Python. A trial
+    alternates blocks of BLOCK calls of each, BLOCKS in all, then the one with the lower mean time a step (its
+    slowest twelfth left out, as in ``_Duel``) runs for RUN steps, and a new trial follows. A call's time
+    includes its recording, which the single steps pay every step."""
+
+    BLOCK, BLOCKS, RUN = 4, 8, 2000
+
+    def __init__(self):
+        self.times: tuple = ([], [])  # seconds a step: single steps, steps in one launch
+        self.calls = 0  # calls of the current trial; -1 while the winner runs
+        self.left = 0  # the winner's steps left before the next trial
+        self.multi = True
+        self.trials = self.wins = 0  # trials so far, and how many the launches of several steps won
+
+    def use_multi(self) -> bool:
+        if self.calls < 0 and self.left > 0:
+            return self.multi
+        self.calls = max(self.calls, 0)
+        return (self.calls // self.BLOCK) % 2 == 0  # a block of launches of several steps first
+
+    def took(self, multi: bool, per_step: float, steps: int) -> None:
+        if self.calls < 0:
+            self.left -= steps
+            return
+        self.times[int(multi)].append(per_step)
+        self.calls += 1
+        if self.calls >= self.BLOCK * self.BLOCKS:
+            single, several = (sum(sorted(t)[:len(t) - len(t) // 12]) / max(1, len(t) - len(t) // 12)
+                               for t in self.times)
+            self.multi = several <= single
+            self.trials += 1
+            self.wins += self.multi
+            self.times = ([], [])
+            self.calls, self.left = -1, self.RUN
+
+
 def _as_func(kern):
     """The kernel's own Python function as a ti.func (every parameter a template: ndarrays by reference, scalars
     as the fused kernel's parameters, templates as their values). Its top-level loops stay top-level loops of
@@ -278,7 +318,7 @@ def _fits(calls) -> bool:
     return n <= MAX_ARGS and shared <= MAX_SHARED
 
 
-def _make_fused(calls, static: bool = False, threads: int = 0):
+def _make_fused(calls, static: bool = False, threads: int = 0, steps: bool = False):
     """A kernel that runs ``calls``' kernels one after another as one launch: its body calls each kernel's
     function (``_as_func``) with the recorded templates; its parameters are the distinct ndarrays, then every
     scalar, each in order of first use. ``static``: the ndarrays reach the functions with their recorded shapes
@@ -286,7 +326,7 @@ def _make_fused(calls, static: bool = False, threads: int = 0):
     parameters. ``threads`` > 0: a cooperative kernel (nncore.coop) of that many threads, each function in
     its rewritten form. Returns the kernel and, per parameter, the (call, argument) it comes from."""
     ns: dict = {"ti": ti, "_S": _Shaped}
-    params, sources, lines, nd_param = [], [], [], {}
+    params, sources, lines, nd_param, deltas = [], [], [], {}, []
     scalars, scalar_sources = [], []
     for c, (kern, args, _) in enumerate(calls):
         slots = _slots(kern)
@@ -312,16 +352,27 @@ def _make_fused(calls, static: bool = False, threads: int = 0):
             scalars.append(name)
             scalar_sources.append((c, i))
             ns[f"T_{name}"] = slots.dtypes[i]
-            actual.append(name)
+            if steps and kinds[i] == "i" and kern._primal.arguments[i].name in VARYING:
+                deltas.append(f"d{c}_{i}")
+                ns[f"T_d{c}_{i}"] = slots.dtypes[i]
+                actual.append(f"({name} + _s * d{c}_{i})")
+            else:
+                actual.append(name)
         if threads:
             actual += ["_sync", "_tid", str(threads)]
-        lines.append(f"{'        ' if threads else '    '}f{c}({', '.join(actual)})")
+        lines.append(f"{'            ' if steps else '        ' if threads else '    '}f{c}({', '.join(actual)})")
     if threads:  # (the sync field is the runtime's at compile time: a kernel outlives a re-initialisation)
         ns["_coop_sync"] = coop.current_sync
         lines[:0] = ["    _sync = ti.static(_coop_sync())",
-                     f"    ti.loop_config(block_dim=1, serialize={threads == 1})", f"    for _tid in range({threads}):"]
+                     f"    ti.loop_config(block_dim=1, serialize={threads == 1 and not steps})", f"    for _tid in range({threads}):"]
+        if steps:
+            lines.insert(3, "        for _s in range(_K):")
+            ns["T__K"] = ti.i32
     params += scalars
     sources += scalar_sources
+    if steps:
+        params += deltas + ["_K"]
+        sources += [("delta", d) for d in deltas] + [("K", None)]
     fname = f"fused_step_{next(_serial)}"
     src = f"def {fname}({', '.join(f'{p}: T_{p}' for p in params)}):\n" + "\n".join(lines) + "\n"
     filename = f"<nncore {fname}>"
@@ -464,19 +515,108 @@ class StepGraphs:
         self._ran = False
         self.cuda_graphs: bool | None = None  # replays on CUDA; None: ``cudagraph.enabled()``
         self.launches = (0, 0)  # the last run's kernel calls: as recorded, and as launched after fusion
+        self._coop_ids: set = set()  # ids of the entries that are one cooperative kernel
+        self._multis: dict = {}  # id of such an entry -> its k-step graph (``run_steps``), or False
+        self._trials: dict = {}  # id of such an entry -> its _MultiTrial
+        self.multi_steps = 0  # steps run by k-step launches
 
     def run(self, fn) -> None:
         """``fn()``'s kernel launches, as one graph where enabled."""
         if not self.enabled:
             fn()
             return
+        calls = self._record(fn)
+        if calls:
+            self._launch(calls)
+
+    def run_steps(self, fn, k: int, deltas: dict) -> int:
+        """``fn()``'s launches as the first of ``k`` steps that differ only in the integers named in ``deltas``
+        (``VARYING``'s: each step adds its delta to the first's), run as one cooperative kernel that loops over
+        the steps: a launch's hand-off to the thread pool and the recording's Python are paid once for ``k``
+        steps. Returns the steps run: ``k``, or 1 where that does not apply (not a cooperative CPU step, a
+        timed trial of ``_Duel`` under way, a step that fuses into more than one kernel, an integer of
+        VARYING's without a delta), the first step then run as ``run`` runs it."""
+        if not self.enabled:
+            fn()
+            return 1
+        t0 = _clock()
+        calls = self._record(fn)
+        if not calls:
+            return 1
+        entry = self._entry(calls)
+        multi = self._multi(entry, calls, k, deltas) if k > 1 else None
+        trial = self._trials.setdefault(id(entry), _MultiTrial()) if multi is not None else None
+        if trial is not None and not trial.use_multi():
+            multi = None
+        if multi is None:
+            self._launch(calls, entry)
+            if trial is not None:
+                trial.took(False, _clock() - t0, 1)
+            return 1
+        graph, binds = multi
+        self.launches = (len(calls), 1)
+        duel = self._duels.get(id(entry)) if self._duels else None
+        if duel is not None:
+            duel.left -= k
+        _run_graph(graph, {name: conv(calls[c][1][a] if c >= 0 else (k if a is None else deltas[a]))
+                           for name, c, a, conv in binds})
+        self.multi_steps += k
+        trial.took(True, (_clock() - t0) / k, k)
+        return k
+
+    def trying(self) -> bool:
+        """Whether a trial of steps in one launch against single steps (``_MultiTrial``) is under way."""
+        return any(t.calls >= 0 for t in self._trials.values())
+
+    def _multi(self, entry, calls, k: int, deltas: dict):
+        """The k-step graph of a cooperative entry, as (graph, binds), or None where it does not apply."""
+        if id(entry) not in self._coop_ids or self.static:
+            return None
+        duel = self._duels.get(id(entry)) if self._duels else None
+        if duel is not None and (duel.trial >= 0 or duel.left < k or duel.winner != 1):
+            return None
+        made = self._multis.get(id(entry))
+        if made is None:
+            made = self._multis[id(entry)] = self._build_multi(calls)
+        if made is False:
+            return None
+        graph, binds, names = made
+        return (graph, binds) if names <= deltas.keys() else None
+
+    def _build_multi(self, calls):
+        """(graph, binds, the VARYING names it advances) of a k-step cooperative kernel for these calls, or
+        False where the step needs more than one kernel or its build fails."""
+        try:
+            kern, sources = _make_fused(calls, False, coop.threads(), steps=True)
+            kinds = dict(_slots(kern).runtime)
+            binds, vals, names = [], [], set()
+            for j, src in enumerate(sources):
+                if src[0] == "delta":
+                    c, i = (int(x) for x in src[1][1:].split("_"))
+                    name = calls[c][0]._primal.arguments[i].name
+                    names.add(name)
+                    binds.append((f"0_{j}", -1, name, _CONVERT[kinds[j]]))
+                    vals.append(0)
+                elif src[0] == "K":
+                    binds.append((f"0_{j}", -1, None, _CONVERT[kinds[j]]))
+                    vals.append(1)
+                else:
+                    binds.append((f"0_{j}", src[0], src[1], _CONVERT[kinds[j]]))
+                    vals.append(calls[src[0]][1][src[1]])
+            graph = build([(kern, vals, False)])
+        except Exception:  # noqa: BLE001 -- more arguments than a kernel takes, or any failure to build
+            return False
+        return graph, binds, names
+
+    def _record(self, fn) -> list:
         if self._gen != runtime.generation():
             self.close()
             self._gen = runtime.generation()
         self._ran = False  # set where building this step's entry runs it (``_replay``)
-        calls = record(fn)
-        if not calls:
-            return
+        return record(fn)
+
+    def _entry(self, calls):
+        """The cached entry for these calls (built, or upgraded to its cooperative kernel, where due)."""
         try:
             fast = _fast_key(calls, self.static)
         except AttributeError:  # a kernel seen for the first time: make its _slots
@@ -498,6 +638,12 @@ class StepGraphs:
                 self._fast[fast] = entry
         if self._pending:
             entry = self._upgrade(entry, calls)
+        return entry
+
+    def _launch(self, calls, entry=None) -> None:
+        """One step of these calls through its entry (a duel's pick where one is under way)."""
+        if entry is None:
+            entry = self._entry(calls)
         duel = self._duels.get(id(entry)) if self._duels else None
         if duel is not None:
             entry = duel.pick()
@@ -557,6 +703,9 @@ class StepGraphs:
             if isinstance(entry[0], cudagraph.Replay):
                 entry[0].close()
         self._graphs.clear()
+        self._coop_ids.clear()
+        self._multis.clear()
+        self._trials.clear()
         self._variants.clear()
         self._fast.clear()
         self._pending.clear()
@@ -605,7 +754,10 @@ class StepGraphs:
                 try:
                     graph = build(apply_plan(plan, calls))
                     self.built += 1
-                    return graph, plan, _binds(plan)
+                    entry = graph, plan, _binds(plan)
+                    if threads and len(plan) == 1:
+                        self._coop_ids.add(id(entry))
+                    return entry
                 except Exception:  # noqa: BLE001 -- any failure to build: the step as recorded, and remember
                     self.unfused += 1
         try:

@@ -30,6 +30,10 @@ from .optim import SGD
 from .runtime import ti
 
 ALL = ("all",)  # ``_update``'s applied: the step's kernels already ran the optimizer on every parameter
+# The most training steps one launch runs (``Sequential.train_steps``): the trainer's and the bench's loops
+# cut their runs of plain steps to this. A launch on two threads costs about 60 us of hand-off and the step's
+# recording about 40 us of Python; over eight steps that is about 12 us a step (docs/LOG.md).
+STEPS_A_LAUNCH = 8
 
 
 def _weights_f32(value, where: str) -> np.ndarray:
@@ -539,6 +543,40 @@ class Sequential:
             reduce()
             self.graphs.run(update)
         self._stepped(ws, parts, keep)
+
+    def train_steps(self, ws: Workspace, optimizer, k: int, gather, after=None, deltas=None) -> int:
+        """``k`` training steps on ``ws``, step i's batch in by ``gather(i)()`` and ``after(i)()`` after it (as
+        ``train_step``'s ``gather`` and ``after``), steps that differ only in integers that grow by ``deltas``
+        ({parameter name: growth a step}, of ``nncore.graph.VARYING``'s: a batch's first sample, the step's
+        number). Where the step is one cooperative CPU kernel (and the optimizer plain SGD, whose step takes the
+        same numbers every time), the k steps run as one launch of a kernel that loops over them
+        (``StepGraphs.run_steps``); else only the first runs, as ``train_step`` runs it. Returns the steps run:
+        k or 1."""
+        at = lambda f, i: None if f is None else f(i)  # noqa: E731
+        if k > 1 and deltas and optimizer.name == "sgd" and self.graphs.enabled:
+            applied = self._sgd_applied(optimizer, None)
+            parts, keep = self._begin_step(ws, applied)
+            tail = self._sgd_tail(optimizer, None)
+            with_loss = self._loss_in_forward(ws.batch)
+            first, last = at(gather, 0), at(after, 0)
+
+            def launches():
+                if first is not None:
+                    first()
+                self.forward(ws, with_loss)
+                if not with_loss:
+                    self.loss_grad(ws)
+                self.backward(ws, optimizer.fused() if applied else None, keep, tail)
+                self._update(optimizer, ALL if tail is not None else applied)
+                if last is not None:
+                    last()
+
+            ran = self.graphs.run_steps(launches, k, deltas)
+            self._stepped(ws, parts, keep)
+            optimizer.steps += ran - 1  # (the recording counted one)
+            return ran
+        self.train_step(ws, optimizer, gather=at(gather, 0), after=at(after, 0))
+        return 1
 
     def predict(self, x: np.ndarray, batch: int = 256) -> np.ndarray:
         """Logits for host inputs (tests, interop): copies in and out, so not for the training loop."""

@@ -36,7 +36,7 @@ from .events import EpochEnd, Event, LayerTiming, RunFailed, RunFinished, RunSta
 from .kernels.data import gather_rows
 from .kernels.loss import check_finite, count_correct, loss_accumulate
 from . import checkpoint as ckpt
-from .network import Sequential
+from .network import STEPS_A_LAUNCH, Sequential
 from .optim import make_optimizer
 from .runtime import ti
 
@@ -45,6 +45,8 @@ from .runtime import ti
 # (every 4 steps on the embedded subset) took a third of the training time; a diverging run's loss almost always
 # shows it first.
 WEIGHT_CHECK_STEPS = 50
+# The longest a run of steps in one launch may take (Trainer._steps_together): a stop request waits for it.
+TOGETHER_S = 0.02
 
 
 def _upload(x: np.ndarray, y: np.ndarray):
@@ -153,6 +155,7 @@ class Trainer:
         self.bad.fill(0)
         self.bad_w.fill(0)
         self.weights_checked = 0  # the step of the last scan of the weights (``_check_diverged``)
+        self.step_s: float | None = None  # the last plain step's wall time, for ``_steps_together``
         self.batch = tr["batch_size"]
         n = len(ds.x_train)
         self.steps_per_epoch = -(-n // self.batch)
@@ -193,6 +196,26 @@ class Trainer:
         return dataclasses.replace(started, ranks=cl.size, rank_devices=[w for _, w in report]), offset
 
     # -- steps ---------------------------------------------------------------------------------------------
+    def _steps_together(self, start: int, n: int) -> int:
+        """How many steps from the next one on can run as one launch (``Sequential.train_steps``): whole batches
+        in a row, none of them timed part by part, the last of them the first after which the loop reads the
+        loss, saves a checkpoint or may pause; at most STEPS_A_LAUNCH. 1 for the run's first step (its time is
+        reported alone), a step taken while paused, and distributed runs (a reduction between every two); fewer
+        where the steps together would take more than TOGETHER_S by the last step's time (a stop or pause waits
+        for them), and 1 before a step's time is known."""
+        if self.cluster is not None or self.log_next or self.step == 0 or self.step_s is None:
+            return 1
+        most = min(STEPS_A_LAUNCH, max(1, int(TOGETHER_S / max(self.step_s, 1e-9))))
+        k = 0
+        while k < most and start + (k + 1) * self.batch <= n:
+            step = self.step + k + 1
+            if step > 1 and step % self.timing_every == 0:
+                break
+            k += 1
+            if step % self.log_every == 0 or (self.every and self.every[1] == "steps" and step % self.every[0] == 0):
+                break
+        return max(k, 1)
+
     def _timed_step(self, ws, start: int, timer: _Timer, reduce=None) -> None:
         gather = lambda: gather_rows(ws.x, ws.labels, *self.train_set, start)  # noqa: E731
         timer.add(self.net.timed_step(ws, self.opt, gather, reduce), ws.batch)
@@ -256,12 +279,14 @@ class Trainer:
             share = cl.comm_s / elapsed if cl is not None else None
             self.emit(Step(self.epoch, self.step, loss, done / elapsed, share))
 
-        for start in range(offset, n, self.batch):
+        start = offset
+        while start < n:
             if self._stopping():
                 break
             b = min(self.batch, n - start)
             lo, nb = cl.shard(b) if cl is not None else (0, b)  # this rank's part of the batch
             reduce = (lambda: self._reduce(nb / b)) if cl is not None else None  # noqa: B023 (called now)
+            k = self._steps_together(start, n)
             self.step += 1
             if nb == 0:  # a last batch smaller than the rank count: nothing to add but zeros
                 self.net.grads.fill(0.0)
@@ -272,13 +297,25 @@ class Trainer:
                 if self.step > 1 and self.step % self.timing_every == 0:
                     self._timed_step(ws, start + lo, timer, reduce)
                     loss_accumulate(self.acc, self.bad, ws.losses, float(nb), self.step)
+                elif k > 1:  # plain steps in a row: one launch where the step is one cooperative kernel, else one
+                    s0, step0, t = start + lo, self.step, time.perf_counter()
+                    k = self.net.train_steps(
+                        ws, self.opt, k,
+                        gather=lambda i: lambda: gather_rows(ws.x, ws.labels, *self.train_set, s0 + i * b),  # noqa: B023
+                        after=lambda i: lambda: loss_accumulate(self.acc, self.bad, ws.losses, float(nb), step0 + i),  # noqa: B023
+                        deltas={"start": b, "step": 1})
+                    self.step += k - 1
+                    self.step_s = (time.perf_counter() - t) / k
                 else:  # one compute graph (nncore.graph): the batch in, the step, the loss summed
+                    t = time.perf_counter()
                     self.net.train_step(
                         ws, self.opt, reduce,
                         gather=lambda: gather_rows(ws.x, ws.labels, *self.train_set, start + lo),  # noqa: B023
                         after=lambda: loss_accumulate(self.acc, self.bad, ws.losses, float(nb), self.step))  # noqa: B023
-            done += b
-            mine += nb
+                    self.step_s = time.perf_counter() - t
+            done += b * k
+            mine += nb * k
+            start += b * k
             if self.step == 1:
                 runtime.sync()
                 self.first_step_s = first_s = active()
@@ -299,7 +336,7 @@ class Trainer:
                     log()
             self.report_step = log if cl is None else None
             if self.every and self.every[1] == "steps" and self.step % self.every[0] == 0:
-                self._save_checkpoint(start + b, done, active())
+                self._save_checkpoint(start, done, active())
         self.report_step = None
         runtime.sync()
         elapsed = active()

@@ -319,3 +319,130 @@ def test_generated_kernels_compile_after_linecache_is_emptied(rng):
     assert g.unfused == 0 and g.launches == (1, 1)
     for w, o in zip(want, got):
         np.testing.assert_array_equal(o, w)
+
+
+def _pool_steps(spec, arch, batch, runs, optimizer="sgd"):
+    """SGD+momentum (or Adam) steps at ``batch`` from a device pool, the loss summed as the trainer sums it:
+    ``runs`` lists how many steps each ``train_steps`` call is asked for (1: ``train_step``). Returns the
+    weights, the loss sum, the net and the steps each call ran."""
+    from nncore.bench import device_pool
+    from nncore.kernels.data import gather_rows
+    from nncore.kernels.loss import loss_accumulate
+    from nncore.optim import Adam
+
+    runtime.ensure(arch)
+    rng = np.random.default_rng(11)
+    n_out = Sequential.from_spec(spec).out_shape[0]
+    x = rng.random((batch * 16 + 5, *spec["input"]), dtype=np.float32)  # (the same pool whatever the runs)
+    y = rng.integers(0, n_out, len(x)).astype(np.int32)
+    xs, ys, order = device_pool(x.reshape(len(x), -1), y)
+    net = Sequential.from_spec(spec, seed=3)
+    net.graphs = G.StepGraphs(coop_on=True, coop_after=0)
+    opt = SGD(net.n_params, lr=0.05, momentum=0.9) if optimizer == "sgd" else Adam(net.n_params, lr=0.01)
+    ws = net.workspace(batch)
+    acc, bad = nd(np.zeros(1, np.float32)), nd(np.zeros(1, np.int32))
+    step, ran = 0, []
+    for k in runs:
+        s0, step0 = step * batch, step + 1
+        if k == 1:
+            net.train_step(ws, opt, gather=lambda: gather_rows(ws.x, ws.labels, xs, ys, order, s0),
+                           after=lambda: loss_accumulate(acc, bad, ws.losses, float(batch), step0))
+            ran.append(1)
+        else:
+            ran.append(net.train_steps(
+                ws, opt, k, deltas={"start": batch, "step": 1},
+                gather=lambda i: lambda: gather_rows(ws.x, ws.labels, xs, ys, order, s0 + i * batch),
+                after=lambda i: lambda: loss_accumulate(acc, bad, ws.losses, float(batch), step0 + i)))
+        step += ran[-1]
+    return net.state_dict(), float(acc.to_numpy()[0]), net, ran
+
+
+ODD_1H = {"input": [50], "layers": [{"type": "Linear", "out_features": 37}, {"type": "ReLU"},
+                                    {"type": "Linear", "out_features": 7}], "loss": "cross_entropy"}
+
+
+@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
+@pytest.mark.parametrize("name", ["odd-1h", "net-1h"])
+def test_steps_in_one_launch_equal_steps_one_by_one(arch, name):
+    """``train_steps``: k steps as one cooperative launch (the batch start and the step number advanced inside
+    the kernel) give the weights and the summed loss of k ``train_step`` calls, to the bit, on one thread and
+    on two; the launches did run several steps each."""
+    spec = {"odd-1h": ODD_1H}.get(name) or workload_model(name)
+    w1, l1, _, _ = _pool_steps(spec, arch, 33, [1] * 12)
+    wk, lk, net, ran = _pool_steps(spec, arch, 33, [1, 5, 4, 2])
+    assert ran == [1, 5, 4, 2] and net.graphs.multi_steps == 11, (ran, net.graphs.multi_steps)
+    assert net.graphs.trying()  # (three calls of the trial's first block so far)
+    assert l1 == lk and l1 > 0
+    for key in w1:
+        np.testing.assert_array_equal(wk[key], w1[key], err_msg=key)
+    assert not np.array_equal(w1[next(iter(w1))], Sequential.from_spec(spec, seed=3).state_dict()[next(iter(w1))])
+
+
+def test_a_step_of_two_kernels_runs_one_at_a_time():
+    """A step whose arguments take two cooperative kernels (over graph.MAX_ARGS) cannot loop inside one:
+    ``train_steps`` runs one step at a time, with ``train_step``'s result."""
+    w1, l1, _, _ = _pool_steps(ODD_MLP, "cpu-parallel", 33, [1, 1, 1])
+    wk, lk, net, ran = _pool_steps(ODD_MLP, "cpu-parallel", 33, [3, 3, 3])
+    assert ran == [1, 1, 1] and net.graphs.multi_steps == 0 and net.graphs.launches[1] == 2
+    assert l1 == lk
+    for key in w1:
+        np.testing.assert_array_equal(wk[key], w1[key], err_msg=key)
+
+
+def test_steps_whose_numbers_change_run_one_at_a_time():
+    """Adam's step takes new bias corrections every step, so ``train_steps`` runs one step and says so; the
+    result is ``train_step``'s."""
+    w1, l1, _, _ = _pool_steps(ODD_1H, "cpu-parallel", 33, [1, 1], optimizer="adam")
+    wk, lk, net, ran = _pool_steps(ODD_1H, "cpu-parallel", 33, [2, 2], optimizer="adam")
+    assert ran == [1, 1] and net.graphs.multi_steps == 0
+    for key in w1:
+        np.testing.assert_array_equal(wk[key], w1[key], err_msg=key)
+
+
+@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
+def test_a_training_run_with_steps_in_one_launch(arch, monkeypatch):
+    """The trainer runs its plain steps between loss reads and timed steps as runs in one launch: net-1h's
+    epoch ends with the weights, losses, accuracy and Step events of the run that launches every step alone."""
+    from nncore import train as T
+    from nncore.config import load_config
+
+    monkeypatch.setattr(G, "COOP_AFTER", 0)
+    cfg = load_config("net-1h").override("train", arch=arch, epochs=1)
+    ends = []
+    for most in (1, T.STEPS_A_LAUNCH):
+        monkeypatch.setattr(T, "STEPS_A_LAUNCH", most)
+        events = []
+        trainer = T.Trainer(cfg, emit=events.append)
+        end = trainer.run()
+        steps = [(e.step, e.loss) for e in events if type(e).__name__ == "Step"]
+        ends.append((end, trainer.net.params_to_read().to_numpy(), steps, trainer.net.graphs.multi_steps))
+    (one, w_one, s_one, m_one), (many, w_many, s_many, m_many) = ends
+    assert m_one == 0 and m_many >= 20, (m_one, m_many, one.steps)  # (a trial runs single steps too)
+    np.testing.assert_array_equal(w_many, w_one)
+    assert (many.test_acc, many.test_loss, many.steps) == (one.test_acc, one.test_loss, one.steps)
+    assert s_many == s_one and len(s_one) >= 10
+
+
+@pytest.mark.parametrize("several_faster", [True, False])
+def test_the_faster_of_single_steps_and_steps_in_one_launch_runs(several_faster):
+    """``graph._MultiTrial``: alternating blocks, then the lower mean time a step wins for RUN steps, then a new
+    trial; a slow outlier (a step that met a page fault) does not decide it."""
+    t = G._MultiTrial()
+    fast, slow = 1.0e-3, 1.2e-3
+    picks = []
+    for _ in range(t.BLOCK * t.BLOCKS):
+        multi = t.use_multi()
+        picks.append(multi)
+        per = (fast if multi == several_faster else slow) * (50.0 if len(picks) == 3 else 1.0)
+        t.took(multi, per, 4 if multi else 1)
+    assert picks[:t.BLOCK] == [True] * t.BLOCK and picks[t.BLOCK:2 * t.BLOCK] == [False] * t.BLOCK
+    assert sum(picks) == len(picks) // 2
+    assert t.multi is several_faster and t.trials == 1 and t.wins == int(several_faster)
+    steps = 0
+    while steps < t.RUN:
+        assert t.use_multi() is several_faster
+        n = 4 if several_faster else 1
+        t.took(several_faster, 1e-3, n)
+        steps += n
+    t.use_multi()
+    assert t.calls == 0  # a new trial
