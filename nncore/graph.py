@@ -242,9 +242,8 @@ class _Duel:
 
 class _MultiTrial:
     """Steps in one launch (``StepGraphs.run_steps``) or one a launch, timed against each other: a long launch
-    keeps both cores spinning for all its steps, and where another process takes a core now and then it ran
-    slower than single steps (cnn64 at batch 64 on two threads: 59,000-84,000 samples/s against a steady
-    74,000; docs/LOG.md), where on quiet cores it saves a launch's hand-off and the recording's Python. A trial
+    keeps both cores spinning for all its steps, and on a shared VM it sometimes ran slower than single steps
+    (cnn64; docs/LOG.md), where on quiet cores it saves a launch's hand-off and the recording's Python. A trial
     alternates blocks of BLOCK calls of each, BLOCKS in all, then the one with the lower mean time a step (its
     slowest twelfth left out, as in ``_Duel``) runs for RUN steps, and a new trial follows. A call's time
     includes its recording, which the single steps pay every step."""
