@@ -191,92 +191,88 @@ MAX_VARIANTS = 8  # static fused kernels per step signature (shapes, fixed integ
 COOP_AFTER = 5000
 
 
-class _Duel:
-    """A launch sequence's two ways, Taichi's loops and its cooperative kernel, timed against each other: spin
-    barriers are fast on cores of their own and slow where another busy process shares them (net-1h's step took
-    1.6x as long as with Taichi's loops while a test suite ran on the same two cores), so the faster of the two,
-    as measured, runs. A trial alternates blocks of BLOCK steps of each, BLOCKS in all, then the one with the
-    lower total time (its slowest twelfth left out) runs for RUN steps, and a new trial follows. Totals, not
-    medians: a spinning step is slow only now and then, when the scheduler gives a worker's core to the other
-    process, and the median missed it (with a busy process beside net-1h, it chose the cooperative step, 15%
-    slower over the run). Both give the same results bit for bit (tests/nncore/test_coop.py), so a switch
-    changes nothing but the time."""
+class _Trial:
+    """Two ways of running steps, 0 and 1, timed against each other: a trial alternates blocks of BLOCK timed
+    calls of each, way 1 first, BLOCKS blocks in all; then the way with the lower mean time (its slowest
+    twelfth left out: a call that met a page fault or an epoch's evaluation before it is not the way's doing)
+    runs for RUN steps, and a new trial follows. Means, not medians: a spinning step is slow only now and then,
+    when the scheduler gives a worker's core to another process, and a median missed it (with a busy process
+    beside net-1h, it chose the cooperative step, 15% slower over the run)."""
 
     BLOCK, BLOCKS, RUN = 16, 6, 2000
 
-    def __init__(self, loops, coop_entry):
-        self.entries = (loops, coop_entry)
-        self.times: tuple = ([], [])
-        self.trial = 0  # steps of the current trial taken; -1 while the winner runs
+    def __init__(self):
+        self.times: tuple = ([], [])  # seconds: way 0's calls, way 1's
+        self.trial = 0  # calls of the current trial taken; -1 while the winner runs
         self.left = 0  # the winner's steps left before the next trial
         self.winner = 1
-        self.current = 1
-        self.trials = self.wins = 0  # trials so far, and how many the cooperative kernel won
+        self.trials = self.wins = 0  # trials so far, and how many way 1 won
 
-    def pick(self):
-        """The entry for this step."""
+    def choice(self) -> int:
+        """The way for the next call."""
         if self.trial < 0 and self.left > 0:
-            self.left -= 1
-            self.current = self.winner
-        else:
-            self.trial = max(self.trial, 0)
-            self.current = 1 - (self.trial // self.BLOCK) % 2  # the cooperative kernel's block first
-        return self.entries[self.current]
+            return self.winner
+        self.trial = max(self.trial, 0)
+        return 1 - (self.trial // self.BLOCK) % 2
 
-    def took(self, seconds: float) -> None:
-        """This step's time (the launch, which on the CPU returns when the step is done)."""
+    def _took(self, way: int, seconds: float, steps: int) -> None:
         if self.trial < 0:
+            self.left -= steps
             return
-        self.times[self.current].append(seconds)
+        self.times[way].append(seconds)
         self.trial += 1
         if self.trial >= self.BLOCK * self.BLOCKS:
-            # (equal counts; the largest twelfth of each left out: a step that met a page fault or an epoch's
-            # evaluation before it is not the kernel's doing)
-            loops, coop_t = (sum(sorted(t)[:len(t) - len(t) // 12]) for t in self.times)
-            self.winner = 1 if coop_t <= loops else 0
+            zero, one = (sum(sorted(t)[:len(t) - len(t) // 12]) / max(1, len(t) - len(t) // 12) for t in self.times)
+            self.winner = int(one <= zero)
             self.trials += 1
             self.wins += self.winner
             self.times = ([], [])
             self.trial, self.left = -1, self.RUN
 
 
-class _MultiTrial:
-    """Steps in one launch (``StepGraphs.run_steps``) or one a launch, timed against each other: a long launch
-    keeps both cores spinning for all its steps, and on a shared VM it sometimes ran slower than single steps
-    (cnn64; docs/LOG.md), where on quiet cores it saves a launch's hand-off and the recording's Python. A trial
-    alternates blocks of BLOCK calls of each, BLOCKS in all, then the one with the lower mean time a step (its
-    slowest twelfth left out, as in ``_Duel``) runs for RUN steps, and a new trial follows. A call's time
-    includes its recording, which the single steps pay every step."""
+class _Duel(_Trial):
+    """A launch sequence's two ways, Taichi's loops (0) and its cooperative kernel (1), as a ``_Trial`` of single
+    steps: spin barriers are fast on cores of their own and slow where another busy process shares them (net-1h's
+    step took 1.6x as long as with Taichi's loops while a test suite ran on the same two cores), so the faster of
+    the two, as measured, runs. Both give the same results bit for bit (tests/nncore/test_coop.py), so a switch
+    changes nothing but the time."""
 
-    BLOCK, BLOCKS, RUN = 4, 8, 2000
+    def __init__(self, loops, coop_entry):
+        super().__init__()
+        self.entries = (loops, coop_entry)
+        self.current = 1
 
-    def __init__(self):
-        self.times: tuple = ([], [])  # seconds a step: single steps, steps in one launch
-        self.calls = 0  # calls of the current trial; -1 while the winner runs
-        self.left = 0  # the winner's steps left before the next trial
-        self.multi = True
-        self.trials = self.wins = 0  # trials so far, and how many the launches of several steps won
+    def pick(self):
+        """The entry for this step."""
+        self.current = self.choice()
+        return self.entries[self.current]
+
+    def took(self, seconds: float) -> None:
+        """This step's time (the launch, which on the CPU returns when the step is done)."""
+        self._took(self.current, seconds, 1)
+
+
+class _MultiTrial(_Trial):
+    """Single steps (0) against steps in one launch (1, ``StepGraphs.run_steps``), as a ``_Trial`` of calls, each
+    timed a step, its recording included (which single steps pay every step): a long launch keeps both cores
+    spinning for all its steps, and on a shared VM it sometimes ran slower than single steps (cnn64;
+    docs/LOG.md), where on quiet cores it saves a launch's hand-off and the recording's Python."""
+
+    BLOCK, BLOCKS = 4, 8
+
+    @property
+    def multi(self) -> bool:
+        return bool(self.winner)
+
+    @property
+    def calls(self) -> int:
+        return self.trial
 
     def use_multi(self) -> bool:
-        if self.calls < 0 and self.left > 0:
-            return self.multi
-        self.calls = max(self.calls, 0)
-        return (self.calls // self.BLOCK) % 2 == 0  # a block of launches of several steps first
+        return bool(self.choice())
 
     def took(self, multi: bool, per_step: float, steps: int) -> None:
-        if self.calls < 0:
-            self.left -= steps
-            return
-        self.times[int(multi)].append(per_step)
-        self.calls += 1
-        if self.calls >= self.BLOCK * self.BLOCKS:
-            single, several = (sum(sorted(t)[:len(t) - len(t) // 12]) / max(1, len(t) - len(t) // 12)
-                               for t in self.times)
-            self.multi = several <= single
-            self.trials += 1
-            self.wins += self.multi
-            self.times = ([], [])
-            self.calls, self.left = -1, self.RUN
+        self._took(int(multi), per_step, steps)
 
 
 def _as_func(kern):
@@ -323,7 +319,9 @@ def _make_fused(calls, static: bool = False, threads: int = 0, steps: bool = Fal
     scalar, each in order of first use. ``static``: the ndarrays reach the functions with their recorded shapes
     as constants (``_Shaped``), and the fixed integers (``_Slots.consts``) as constants, not
     parameters. ``threads`` > 0: a cooperative kernel (nncore.coop) of that many threads, each function in
-    its rewritten form. Returns the kernel and, per parameter, the (call, argument) it comes from."""
+    its rewritten form; with ``steps`` too, the threads loop over ``_K`` steps, each integer parameter named in
+    VARYING advanced by a delta parameter of its own. Returns the kernel and, per parameter, the (call, argument)
+    it comes from; with ``steps`` the last are ("delta", (call, argument)) for each delta, then ("K", None)."""
     ns: dict = {"ti": ti, "_S": _Shaped}
     params, sources, lines, nd_param, deltas = [], [], [], {}, []
     scalars, scalar_sources = [], []
@@ -352,7 +350,7 @@ def _make_fused(calls, static: bool = False, threads: int = 0, steps: bool = Fal
             scalar_sources.append((c, i))
             ns[f"T_{name}"] = slots.dtypes[i]
             if steps and kinds[i] == "i" and kern._primal.arguments[i].name in VARYING:
-                deltas.append(f"d{c}_{i}")
+                deltas.append((c, i))
                 ns[f"T_d{c}_{i}"] = slots.dtypes[i]
                 actual.append(f"({name} + _s * d{c}_{i})")
             else:
@@ -361,6 +359,7 @@ def _make_fused(calls, static: bool = False, threads: int = 0, steps: bool = Fal
             actual += ["_sync", "_tid", str(threads)]
         lines.append(f"{'            ' if steps else '        ' if threads else '    '}f{c}({', '.join(actual)})")
     if threads:  # (the sync field is the runtime's at compile time: a kernel outlives a re-initialisation)
+        # (a loop of steps is never serialised: as one serial task on one thread it lost work between the steps)
         ns["_coop_sync"] = coop.current_sync
         lines[:0] = ["    _sync = ti.static(_coop_sync())",
                      f"    ti.loop_config(block_dim=1, serialize={threads == 1 and not steps})", f"    for _tid in range({threads}):"]
@@ -370,7 +369,7 @@ def _make_fused(calls, static: bool = False, threads: int = 0, steps: bool = Fal
     params += scalars
     sources += scalar_sources
     if steps:
-        params += deltas + ["_K"]
+        params += [f"d{c}_{i}" for c, i in deltas] + ["_K"]
         sources += [("delta", d) for d in deltas] + [("K", None)]
     fname = f"fused_step_{next(_serial)}"
     src = f"def {fname}({', '.join(f'{p}: T_{p}' for p in params)}):\n" + "\n".join(lines) + "\n"
@@ -591,7 +590,7 @@ class StepGraphs:
             binds, vals, names = [], [], set()
             for j, src in enumerate(sources):
                 if src[0] == "delta":
-                    c, i = (int(x) for x in src[1][1:].split("_"))
+                    c, i = src[1]
                     name = calls[c][0]._primal.arguments[i].name
                     names.add(name)
                     binds.append((f"0_{j}", -1, name, _CONVERT[kinds[j]]))

@@ -31,8 +31,8 @@ from .runtime import ti
 
 ALL = ("all",)  # ``_update``'s applied: the step's kernels already ran the optimizer on every parameter
 # The most training steps one launch runs (``Sequential.train_steps``): the trainer's and the bench's loops
-# cut their runs of plain steps to this. A launch on two threads costs about 60 us of hand-off and the step's
-# recording about 40 us of Python; over eight steps that is about 12 us a step (docs/LOG.md).
+# cut their runs of plain steps to this. A launch's hand-off to the thread pool and the step's recording are
+# then paid once for the run (docs/LOG.md, "several steps in one launch").
 STEPS_A_LAUNCH = 8
 
 
@@ -518,6 +518,11 @@ class Sequential:
         itself (``_sgd_applied``), and ``self.grads`` then holds no gradient for those weights. On CUDA the last
         backward kernel may run SGD's whole step (``_sgd_tail``; the gradients are still written) and the last
         forward kernel may form the loss (``_loss_in_forward``)."""
+        self._step(ws, optimizer, reduce, gather, after, self.graphs.run)
+
+    def _step(self, ws: Workspace, optimizer, reduce, gather, after, run):
+        """``train_step``'s work, its launches (those before a ``reduce``, or all) handed to ``run(launches)``;
+        returns what that returns."""
         applied = self._sgd_applied(optimizer, reduce)
         parts, keep = self._begin_step(ws, applied)
         tail = self._sgd_tail(optimizer, reduce)
@@ -538,11 +543,12 @@ class Sequential:
             if after is not None:
                 after()
 
-        self.graphs.run(launches)
+        ran = run(launches)
         if reduce is not None:
             reduce()
             self.graphs.run(update)
         self._stepped(ws, parts, keep)
+        return ran
 
     def train_steps(self, ws: Workspace, optimizer, k: int, gather, after=None, deltas=None) -> int:
         """``k`` training steps on ``ws``, step i's batch in by ``gather(i)()`` and ``after(i)()`` after it (as
@@ -554,25 +560,8 @@ class Sequential:
         k or 1."""
         at = lambda f, i: None if f is None else f(i)  # noqa: E731
         if k > 1 and deltas and optimizer.name == "sgd" and self.graphs.enabled:
-            applied = self._sgd_applied(optimizer, None)
-            parts, keep = self._begin_step(ws, applied)
-            tail = self._sgd_tail(optimizer, None)
-            with_loss = self._loss_in_forward(ws.batch)
-            first, last = at(gather, 0), at(after, 0)
-
-            def launches():
-                if first is not None:
-                    first()
-                self.forward(ws, with_loss)
-                if not with_loss:
-                    self.loss_grad(ws)
-                self.backward(ws, optimizer.fused() if applied else None, keep, tail)
-                self._update(optimizer, ALL if tail is not None else applied)
-                if last is not None:
-                    last()
-
-            ran = self.graphs.run_steps(launches, k, deltas)
-            self._stepped(ws, parts, keep)
+            ran = self._step(ws, optimizer, None, at(gather, 0), at(after, 0),
+                             lambda launches: self.graphs.run_steps(launches, k, deltas))
             optimizer.steps += ran - 1  # (the recording counted one)
             return ran
         self.train_step(ws, optimizer, gather=at(gather, 0), after=at(after, 0))

@@ -310,8 +310,8 @@ def linear_dweight_tiled(dparams, dout, out, inp, w_off: int, b_off: int, kind: 
 
 
 # The most parameters outside its own W and b that a weight-gradient kernel steps in SGD's tail (its extra
-# blocks, one parameter a thread, are scheduled with the tile kernel's registers): net-2h's 1.06 million made its
-# step at batch 1000 11% slower than with the optimizer's own kernel (docs/LOG.md, 2026-11-26, afternoon).
+# blocks, one parameter a thread, are scheduled with the tile kernel's registers): with net-2h's 1.06 million its
+# step at batch 1000 ran slower than with the optimizer's own kernel (docs/LOG.md, 2026-11-26, afternoon).
 SGD_TAIL_MAX_REST = 65536
 
 
@@ -359,8 +359,8 @@ def linear_forward_split(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off: ti.
 
 LOSS_BLOCK = 32 * MAX_SPLIT_OUT  # a block a sample: a warp for each of up to MAX_SPLIT_OUT outputs
 # The loss joins the forward only for batches up to this: there the host bounds the step and a task fewer is
-# what counts; at batch 1000, where the GPU bounds it, the joined kernel cost cnn32 6% of its step (its 16-warp
-# blocks wait on their first thread's loss row; docs/LOG.md, 2026-11-26, afternoon).
+# what counts; at batch 1000, where the GPU bounds it, the joined kernel slowed cnn32's step (its 16-warp blocks
+# wait on their first thread's loss row; docs/LOG.md, 2026-11-26, afternoon).
 LOSS_JOIN_MAX_BATCH = 512
 
 
@@ -399,10 +399,10 @@ def linear_forward_split_loss(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off
 # a fixed order, the same result on every run.
 MAX_SPLIT_B = 16
 # Only layers of fewer weights than this split: with more, a thread per weight already fills the GPU, and the
-# partial sums' extra pass costs more than it saves (the cnn's 10,816 -> 10 ran 5-9% slower split on the H200).
+# partial sums' extra pass costs more than it saves (the cnn's 10,816 -> 10 ran slower split; docs/LOG.md).
 SPLIT_B_WEIGHTS = 32768
-# Nor batches under this: their chains are short, and the extra loop (a task of its own) cost net-1h 8-12% of
-# its step at batch 64 and 256, where at 1000 the split gained (docs/LOG.md, 2026-11-26).
+# Nor batches under this: their chains are short, and the extra loop (a task of its own) slowed net-1h's step at
+# batch 64 and 256, where at 1000 the split gained (docs/LOG.md, 2026-11-26).
 SPLIT_B_BATCH = 512
 
 
