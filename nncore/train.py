@@ -42,7 +42,8 @@ from .runtime import ti
 
 # Steps between two scans of the weights for non-finite values (and at every epoch's end). A scan reads every
 # parameter, more than a step's work for net-1h, so a scan at each loss read took a third of the training time
-# on the embedded subset (docs/perf-log.md, "2026-11-26, late evening"); a diverging run's loss almost always shows it first.
+# on the embedded subset (docs/perf-log.md, "2026-11-26, late evening"); a diverging run's loss almost always
+# shows it first.
 WEIGHT_CHECK_STEPS = 50
 # The longest a run of steps in one launch may take (Trainer._steps_together): a stop request waits for it.
 TOGETHER_S = 0.02
