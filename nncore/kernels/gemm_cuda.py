@@ -4,12 +4,12 @@ Each block of 256 threads computes a tile of C = A @ B, 64 columns wide and 16 x
 1 rows per thread), stepping through K in slices of 16: the threads copy a (16 TM)x16 slice of A and a 16x64
 slice of B from registers into shared memory (each thread TM elements of A and 4 of B, neighbouring threads
 reading neighbouring addresses), load the next slices from global memory into registers, then every thread
-accumulates a TMx4 register tile, rows ``ty + 16 r`` and columns ``tx + 16 c``, while those loads are in
-flight. The tallest tiles (64 rows) reuse each loaded element most; shorter ones give a
-product with few rows (a batch of 64) enough tiles to fill the GPU. Operands are read where they lie — the
-activation, the (OUT, IN) weight inside the flat parameter buffer, the upstream gradient — through compile-time
-views, so nothing is transposed or copied; the activation's derivative is applied as the gradient is loaded,
-and bias and activation are applied in the forward's epilogue.
+accumulates a TMx4 register tile, the TM adjacent rows from ``TM ty`` and the 4 adjacent columns from ``4 tx``
+(each one vector load from shared memory), while those loads are in flight. The tallest tiles (64 rows) reuse
+each loaded element most; shorter ones give a product with few rows (a batch of 64) enough tiles to fill the
+GPU. Operands are read where they lie — the activation, the (OUT, IN) weight inside the flat parameter buffer,
+the upstream gradient — through compile-time views, so nothing is transposed or copied; the activation's
+derivative is applied as the gradient is loaded, and bias and activation are applied in the forward's epilogue.
 
 ``use_tiled`` says which layers may use tiles: those whose sides both reach a tile (a 10-wide output would waste
 most of each tile); ``rows_per_thread`` picks, per product, the tallest tile that still gives enough tiles to
@@ -28,6 +28,7 @@ from .optim import sgd_element as _sgd
 BM = BN = 64
 BK = 16
 THREADS = 256
+SH_PAD = 4  # floats after each row of a shared slice
 
 
 MIN_TILES = 128  # about one per multiprocessor of an H100 (132) or H200 (132)
@@ -161,13 +162,14 @@ def _tile(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.tem
     block multiplies the slice in shared memory, so the loads' latency overlaps the arithmetic."""
     bm = ti.static(16 * tm)
     m0, n0 = (tile // tiles_n) * bm, (tile % tiles_n) * BN
-    ty, tx = tid // 16, tid % 16
-    # Every shared array of every tile the same size, (BK, 64 + 1) floats, whatever TM: Taichi 1.7 names a
+    ty, tx = tid >> 4, tid & 15  # (bit operations: index arithmetic the compiler can fold into load offsets)
+    # Every shared array of every tile the same size, (BK, 64 + 4) floats, whatever TM: Taichi 1.7 names a
     # shared array after its statement id, and arrays of two loops of one kernel can end up under one name.
-    # The extra column: where neighbouring threads copy neighbouring k (the forward's operands), their stores
-    # land a row apart, in one memory bank without it (16-way conflicts) and in 16 banks with it.
-    a_sh = ti.simt.block.SharedArray((BK, BN + 1), ti.f32)
-    b_sh = ti.simt.block.SharedArray((BK, BN + 1), ti.f32)
+    # The 4 extra columns keep each row 16-byte aligned, so that a thread's 4 adjacent columns (and TM adjacent
+    # rows) are one vector load; and where neighbouring threads copy neighbouring k (the forward's operands),
+    # their stores, a row apart, spread over 8 memory banks instead of falling into one.
+    a_sh = ti.simt.block.SharedArray((BK, BN + SH_PAD), ti.f32)
+    b_sh = ti.simt.block.SharedArray((BK, BN + SH_PAD), ti.f32)
     acc = ti.Matrix.zero(ti.f32, tm, 4)
     ra = _load_a(mode, kind, tm, x, dout, out, m0, 0, M, K, tid)
     rb = _load_b(mode, x, params, w_off, n_in, n0, 0, N, K, tid)
@@ -185,10 +187,10 @@ def _tile(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.tem
                 ra = _load_a(mode, kind, tm, x, dout, out, m0, k1, M, K, tid)
                 rb = _load_b(mode, x, params, w_off, n_in, n0, k1, N, K, tid)
             for r, q in ti.static(ti.ndrange(tm, 4)):
-                acc[r, q] += a_sh[kk, ty + 16 * r] * b_sh[kk, tx + 16 * q]
+                acc[r, q] += a_sh[kk, ty * tm + r] * b_sh[kk, tx * 4 + q]
         ti.simt.block.sync()
     for r, q in ti.static(ti.ndrange(tm, 4)):
-        m, n = m0 + ty + 16 * r, n0 + tx + 16 * q
+        m, n = m0 + ty * tm + r, n0 + tx * 4 + q
         if m < M and n < N:
             if ti.static(mode == 0):
                 c[m, n] = _act(acc[r, q] + params[b_off + n], kind)
