@@ -12,9 +12,9 @@ from .peer import PeerError
 
 
 def _ints(text: str, name: str) -> list[int]:
-    vals = [ascii_int(v, f"--{name} entry") for v in text.split(",") if v.strip()]
-    if not vals or min(vals) < 1:
-        raise ConfigError(f"--{name} {text!r} must be positive integers")
+    vals = [ascii_int(v, f"--{name} entry", minimum=1) for v in text.split(",") if v.strip()]
+    if not vals:
+        raise ConfigError(f"--{name} {text!r} needs at least one whole number from 1 up")
     return vals
 
 

@@ -270,7 +270,7 @@ def test_sweep_writes_csv_and_json_with_amdahl(tmp_path):
 
 
 @pytest.mark.parametrize("args,needle", [(["--archs", "cpu-serial,gpu"], "unknown arch 'gpu'"),
-                                         (["--batch", "0"], "--batch '0' must be positive")])
+                                         (["--batch", "0"], "--batch entry 0 must be in [1, ")])
 def test_sweep_bad_arguments_exit_2(args, needle):
     proc = layerlab("sweep", "quadrant", *args)
     assert proc.returncode == 2
