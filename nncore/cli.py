@@ -26,7 +26,8 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message):  # one line and exit 2, instead of usage + message
-        self.exit(EXIT_CONFIG, f"{self.prog}: error: {message}\n")
+        # (one prefix for every error, a subcommand's too: tools, and the relay of a distributed run, look for it)
+        self.exit(EXIT_CONFIG, f"layerlab: error: {message}\n")
 
 
 def _int_arg(text: str) -> int:

@@ -391,3 +391,13 @@ def test_more_threads_than_cores_is_noted_once(monkeypatch, capsys):
     assert cli.main(["train", "quadrant", "--threads", "9", "--no-store", "--arch", "cpu-serial"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "does not fit cpu-serial" in err, err
+
+
+@pytest.mark.parametrize("args", [("train", "quadrant", "--lr", "nan"), ("bench", "--steps", "x"),
+                                  ("sweep", "quadrant", "--batch", "-3")])
+def test_a_subcommands_argument_error_has_the_one_prefix(args):
+    # argparse would prefix a subcommand's own errors with "layerlab train:" etc.
+    proc = layerlab(*args)
+    assert proc.returncode == 2
+    one_line_error(proc, "layerlab: error: ")
+    assert proc.stderr.startswith("layerlab: error: "), proc.stderr
