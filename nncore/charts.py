@@ -111,7 +111,10 @@ def draw_loss(plt, runs: list[Curves], rows: int | None = None) -> dict:
         lo, hi = min(bottoms), max(tops)
         pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
         lo = max(0.0, lo - pad) if lo >= 0 else lo - pad
-        plt.ylim(lo, _headroom(lo, hi + pad, len(series), rows))
+        top = _headroom(lo, hi + pad, len(series), rows)
+        plt.ylim(lo, top)
+        ticks = _nice_ticks(lo, hi + pad, rows, top)
+        plt.yticks(ticks, [f"{t:.{_decimals(ticks)}f}" for t in ticks])
         _epoch_ticks(plt, series)
     plt.xlabel("epoch")
     plt.title("loss")
@@ -147,6 +150,30 @@ def draw_accuracy(plt, runs: list[Curves], rows: int | None = None) -> dict:
     plt.xlabel("epoch")
     plt.title("test accuracy")
     return series
+
+
+def _nice_ticks(lo: float, hi: float, rows: int | None, top: float | None = None) -> list[float]:
+    """Evenly spaced ticks at multiples of 1, 2 or 5 times a power of ten within [lo, hi], at most six, and
+    (but for two) at least two rows apart on a chart ``rows`` high (None: a guess) whose axis ends at ``top``
+    (above hi: the legend's band). Left to plotext, a short axis got uneven labels, some of its own ticks
+    dropped where two fell on one row."""
+    plot_rows = max(4, (rows or 24) - 5)  # less the title, the frame, the ticks and the axis label
+    if top is not None and top > lo:
+        plot_rows = plot_rows * min(1.0, (hi - lo) / (top - lo))  # the rows [lo, hi] takes
+    most = max(2, min(6, int(plot_rows // 2)))
+    finer = None
+    for step in (m * 10.0 ** e for e in range(-12, 13) for m in (1, 2, 5)):  # the finest step that fits
+        first, last = math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9)
+        if last - first + 1 <= most:
+            if last > first:
+                return [round(k * step, 12) for k in range(first, last + 1)]
+            if finer is None:
+                break
+            step, (first, last) = finer  # one tick at most: every j-th of the finer step's instead
+            j = math.ceil((last - first) / (most - 1))
+            return [round(k * step, 12) for k in range(first, last + 1, j)]
+        finer = step, (first, last)
+    return sorted({lo, hi})
 
 
 def _accuracy_ticks(lo: float) -> list[float]:

@@ -115,3 +115,35 @@ def test_a_threads_sweep_keeps_each_thread_count_apart():
     series = charts.draw_throughput(Fig(), pts)
     assert series["cpu-parallel 2t"] == ([16.0, 64.0], [3200.0, 12800.0]) and series["cpu-serial"][0] == [64.0]
     assert set(charts.draw_parts(Fig(), pts)) == {"cpu-parallel 1t", "cpu-parallel 2t", "cpu-serial"}
+
+
+def test_the_loss_axis_ticks_are_round_even_and_apart(rng):
+    # Independent check: every tick a multiple of one 1-2-5 step, consecutive ticks one step apart, all inside
+    # [lo, hi], few enough to stand two rows apart, at least two wherever a step fits twice.
+    for _ in range(300):
+        lo = float(rng.choice([0.0, rng.uniform(-5, 5)]))
+        hi = lo + float(10.0 ** rng.uniform(-4, 3))
+        rows = int(rng.integers(8, 60))
+        top = hi + (hi - lo) * float(rng.choice([0.0, rng.uniform(0, 3)]))  # a legend's band above the data
+        ticks = charts._nice_ticks(lo, hi, rows, top)
+        data_rows = max(4, rows - 5) * (hi - lo) / (top - lo)
+        most = max(2, min(6, int(data_rows // 2)))
+        assert 2 <= len(ticks) <= most and all(lo - 1e-9 <= t <= hi + 1e-9 for t in ticks), (lo, hi, rows, ticks)
+        step = ticks[1] - ticks[0]
+        assert np.allclose(np.diff(ticks), step, rtol=1e-6), ticks
+        bases = [m * 10.0 ** e for e in range(-6, 4) for m in (1, 2, 5)]
+        whole = lambda v, b: abs(v / b - round(v / b)) < 1e-6  # noqa: E731
+        assert any(whole(step, b) and all(whole(t, b) for t in ticks) for b in bases), ticks
+
+
+def test_the_loss_chart_labels_its_own_round_ticks():
+    run = charts.Curves("a", 10, [(s, 1.4 / math.sqrt(s)) for s in range(1, 301)], [(e, 0.5 / e, 0.9) for e in range(1, 31)])
+    fig = Fig()
+    charts.draw_loss(fig, [run], rows=12)
+    (_, (ticks, labels), _), = fig.called("yticks")
+    (_, (lo, hi), _), = fig.called("ylim")
+    assert len(ticks) >= 2 and lo <= ticks[0] and ticks[-1] <= hi
+    assert labels == [f"{t:.1f}" for t in ticks]
+    text = charts.render(charts.draw_loss, [run], width=60, height=12, color=False)
+    shown = [float(line.split("┤")[0]) for line in text.splitlines() if "┤" in line]
+    assert shown == sorted(ticks, reverse=True)  # every tick drawn, none dropped
