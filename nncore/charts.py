@@ -66,10 +66,16 @@ def _loss_top(raw: list[float], smoothed: list[float], test: list[float]) -> flo
     return top if max(raw) > top else None
 
 
+def _plot_rows(rows: int | None) -> int:
+    """The rows a chart ``rows`` high (None: a guess) plots in: less the title, the frame, the ticks and the axis
+    label."""
+    return max(4, (rows or 24) - 5)
+
+
 def _headroom(lo: float, hi: float, entries: int, rows: int | None) -> float:
     """The axis top that leaves the legend (``entries`` rows at the plot's top) above the data: plotext puts
     the legend inside the plot, over whatever is drawn there. ``rows``: the chart's height (None: a guess)."""
-    plot_rows = max(4, (rows or 24) - 5)  # less the title, the frame, the ticks and the axis label
+    plot_rows = _plot_rows(rows)
     entries = min(entries, plot_rows - 2)
     return hi + (hi - lo) * (entries + 0.5) / max(plot_rows - entries - 0.5, 1.0)
 
@@ -157,7 +163,7 @@ def _nice_ticks(lo: float, hi: float, rows: int | None, top: float | None = None
     (but for two) at least two rows apart on a chart ``rows`` high (None: a guess) whose axis ends at ``top``
     (above hi: the legend's band). Left to plotext, a short axis got uneven labels, some of its own ticks
     dropped where two fell on one row."""
-    plot_rows = max(4, (rows or 24) - 5)  # less the title, the frame, the ticks and the axis label
+    plot_rows = _plot_rows(rows)
     if top is not None and top > lo:
         plot_rows = plot_rows * min(1.0, (hi - lo) / (top - lo))  # the rows [lo, hi] takes
     most = max(2, min(6, int(plot_rows // 2)))
