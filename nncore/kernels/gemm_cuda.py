@@ -28,6 +28,10 @@ from .optim import sgd_element as _sgd
 BM = BN = 64
 BK = 16
 THREADS = 256
+# Index arithmetic by shifts and masks (powers of two): Python's floored // and % in Taichi keep LLVM from
+# folding offsets into the loads' addresses (docs/LOG.md).
+LOG_BK, LOG_BN, LOG_THREADS = BK.bit_length() - 1, BN.bit_length() - 1, THREADS.bit_length() - 1
+assert (1 << LOG_BK, 1 << LOG_BN, 1 << LOG_THREADS) == (BK, BN, THREADS)
 SH_PAD = 4  # floats after each row of a shared slice
 
 
@@ -122,9 +126,9 @@ def _load_a(mode: ti.template(), kind: ti.template(), tm: ti.template(), x: ti.t
 def _a_slot(mode: ti.template(), tm: ti.template(), e):
     """(row, k) within the slice of the left operand for element e of the block's copy: k fastest where k is
     contiguous in memory (modes 0, 1), m fastest in mode 2."""
-    mm, kk = e // BK, e % BK
+    mm, kk = e >> LOG_BK, e & (BK - 1)
     if ti.static(mode == 2):
-        mm, kk = e % (16 * tm), e // (16 * tm)
+        mm, kk = e & (16 * tm - 1), e >> ti.static((16 * tm).bit_length() - 1)
     return mm, kk
 
 
@@ -148,9 +152,9 @@ def _load_b(mode: ti.template(), x: ti.template(), params: ti.template(), w_off,
 def _b_slot(mode: ti.template(), e):
     """(k, column) within the slice of the right operand for element e: k fastest in mode 0 (the weight's rows),
     n fastest otherwise."""
-    kb, nb = e // BN, e % BN
+    kb, nb = e >> LOG_BN, e & (BN - 1)
     if ti.static(mode == 0):
-        kb, nb = e % BK, e // BK
+        kb, nb = e & (BK - 1), e >> LOG_BK
     return kb, nb
 
 
@@ -218,7 +222,7 @@ def _tiled_loop(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: 
     rest_blocks = ((hi1 - lo1 + hi2 - lo2 + THREADS - 1) // THREADS) * ti.static(int(sgd > 0))
     ti.loop_config(block_dim=THREADS)
     for g in range((tiles + bias_blocks + rest_blocks) * THREADS):
-        block, tid = g // THREADS, g % THREADS
+        block, tid = g >> LOG_THREADS, g & (THREADS - 1)
         if ti.static(mode == 2):
             if block < bias_blocks:  # (the same branch for a whole block: its syncs stay together)
                 o = block * THREADS + tid
