@@ -41,6 +41,16 @@ def rank_table(ranks: list[dict]) -> list[str]:
     return rows
 
 
+def batch_note(config: dict, train_samples: int) -> str | None:
+    """What to tell a user whose batch size exceeds the training set: each epoch is then one step on the whole
+    set (full-batch gradient descent), which is allowed but rarely what a typo meant."""
+    batch = config.get("train", {}).get("batch_size")
+    if isinstance(batch, int) and batch > train_samples > 0:
+        return (f"train.batch_size {batch:,} exceeds the {train_samples:,} training samples: each epoch is one "
+                f"step on all {train_samples:,}")
+    return None
+
+
 class TextReporter:
     def __init__(self, out: TextIO = sys.stdout, quiet: bool = False, progress: bool | None = None):
         self.out, self.quiet = out, quiet
@@ -62,9 +72,13 @@ class TextReporter:
             if not self.quiet:
                 name = event.config.get("data", {}).get("dataset") or event.config["data"].get("path")
                 threads = f"{event.threads} thread{'' if event.threads == 1 else 's'}"
+                steps = f"{event.steps_per_epoch} step{'' if event.steps_per_epoch == 1 else 's'}"
                 self._line(f"layerlab: {event.arch} ({threads}) on {event.device}; "
                            f"{event.n_params:,} parameters; {name}: {event.train_samples:,} train / "
-                           f"{event.test_samples:,} test; {event.steps_per_epoch} steps per epoch")
+                           f"{event.test_samples:,} test; {steps} per epoch")
+                note = batch_note(event.config, event.train_samples)
+                if note:
+                    self._line(f"note: {note}")
                 if event.ranks > 1:
                     self._line(f"data parallel over {event.ranks} MPI ranks: " + "; ".join(
                         f"rank {r} on {d}" for r, d in enumerate(event.rank_devices)))

@@ -401,3 +401,20 @@ def test_a_subcommands_argument_error_has_the_one_prefix(args):
     assert proc.returncode == 2
     one_line_error(proc, "layerlab: error: ")
     assert proc.stderr.startswith("layerlab: error: "), proc.stderr
+
+
+def test_a_batch_larger_than_the_training_set_is_pointed_out():
+    """quadrant has 1,600 training samples: a batch of 5,000 trains one step an epoch on all of them, which the
+    run's first lines say; a batch that fits gets no such note."""
+    from nncore.report import batch_note
+
+    proc = layerlab("train", "quadrant", "--epochs", "1", "--batch-size", "5000", "--arch", "cpu-serial")
+    assert proc.returncode == 0, proc.stderr
+    head = proc.stdout.splitlines()[:2]
+    assert "1 step per epoch" in head[0], head
+    assert head[1] == ("note: train.batch_size 5,000 exceeds the 1,600 training samples: each epoch is one step on "
+                       "all 1,600")
+    assert batch_note({"train": {"batch_size": 1600}}, 1600) is None
+    assert batch_note({"train": {"batch_size": 1601}}, 1600) is not None
+    proc = layerlab("train", "quadrant", "--epochs", "1", "--batch-size", "64", "--arch", "cpu-serial")
+    assert proc.returncode == 0 and "note:" not in proc.stdout and "25 steps per epoch" in proc.stdout

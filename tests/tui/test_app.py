@@ -995,3 +995,23 @@ async def test_the_finished_notice_leaves_the_tabs_whole_at_80_columns(fixed_env
         last_tab = max(t.region.right for t in tabs.query("Tab"))
         assert toast.region.y <= tabs.region.y < toast.region.bottom and toast.region.x >= last_tab
         assert str(app.query_one("#run-state").render()) == "finished: test acc 0.9700"
+
+
+async def test_a_batch_larger_than_the_training_set_is_pointed_out(fixed_env, fake_runs, monkeypatch):
+    """A batch size beyond the training set trains one step an epoch on all of it: allowed, but the app says so
+    when the run starts (a typo in the batch field would otherwise pass unseen); a usual batch gets no notice."""
+    from tests.tui.conftest import FakeHandle
+
+    monkeypatch.setattr(FakeHandle, "per_poll", 0)  # the test feeds the run's events itself
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.handle is not None)
+        started = scripted_run()[0]  # 320 training samples
+        for batch, noticed in ((320, False), (5000, True)):
+            cfg = {**fake_runs[-1], "train": {**fake_runs[-1]["train"], "batch_size": batch}}
+            before = len(app._notifications)
+            app._run_message({**started, "config": cfg})
+            await pilot.pause()
+            said = [n.message for n in list(app._notifications)[before:]]
+            assert any("batch_size 5,000 exceeds the 320 training samples" in m for m in said) == noticed, said
