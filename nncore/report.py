@@ -41,6 +41,10 @@ def rank_table(ranks: list[dict]) -> list[str]:
     return rows
 
 
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def batch_note(config: dict, train_samples: int) -> str | None:
     """What to tell a user whose batch size exceeds the training set: each epoch is then one step on the whole
     set (full-batch gradient descent), which is allowed but rarely what a typo meant."""
@@ -71,8 +75,8 @@ class TextReporter:
             self._t_epoch = time.perf_counter()
             if not self.quiet:
                 name = event.config.get("data", {}).get("dataset") or event.config["data"].get("path")
-                threads = f"{event.threads} thread{'' if event.threads == 1 else 's'}"
-                steps = f"{event.steps_per_epoch} step{'' if event.steps_per_epoch == 1 else 's'}"
+                threads = _plural(event.threads, "thread")
+                steps = _plural(event.steps_per_epoch, "step")
                 self._line(f"layerlab: {event.arch} ({threads}) on {event.device}; "
                            f"{event.n_params:,} parameters; {name}: {event.train_samples:,} train / "
                            f"{event.test_samples:,} test; {steps} per epoch")
@@ -128,4 +132,5 @@ class TextReporter:
         per_s = mean_rate(self.epochs, batch) if self.epochs else event.samples_per_s  # step 1 (compiling)
         # Epoch 1 (or within it step 1: compiling) left out, as the run store and the app leave it; the line says so.
         rate = "" if per_s is None else f"{per_s:,.0f} samples/s {rate_basis(len(self.epochs))}, "
-        self._line(f"{state}: {event.epochs} epoch(s), {event.steps} steps, {acc}, {rate}{event.total_s:.1f} s{saved}")
+        counts = f"{_plural(event.epochs, 'epoch')}, {_plural(event.steps, 'step')}"
+        self._line(f"{state}: {counts}, {acc}, {rate}{event.total_s:.1f} s{saved}")

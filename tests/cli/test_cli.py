@@ -414,6 +414,7 @@ def test_a_batch_larger_than_the_training_set_is_pointed_out():
     assert "1 step per epoch" in head[0], head
     assert head[1] == ("note: train.batch_size 5,000 exceeds the 1,600 training samples: each epoch is one step on "
                        "all 1,600")
+    assert proc.stdout.splitlines()[-1].startswith("done: 1 epoch, 1 step, test acc"), proc.stdout
     assert batch_note({"train": {"batch_size": 1600}}, 1600) is None
     assert batch_note({"train": {"batch_size": 1601}}, 1600) is not None
     proc = layerlab("train", "quadrant", "--epochs", "1", "--batch-size", "64", "--arch", "cpu-serial")
