@@ -41,7 +41,8 @@ def rank_table(ranks: list[dict]) -> list[str]:
     return rows
 
 
-def _plural(n: int, noun: str) -> str:
+def plural(n: int, noun: str) -> str:
+    """``n`` (with thousands separators) and the noun, plural unless n is 1: "1 step", "1,000 steps"."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
@@ -75,8 +76,8 @@ class TextReporter:
             self._t_epoch = time.perf_counter()
             if not self.quiet:
                 name = event.config.get("data", {}).get("dataset") or event.config["data"].get("path")
-                threads = _plural(event.threads, "thread")
-                steps = _plural(event.steps_per_epoch, "step")
+                threads = plural(event.threads, "thread")
+                steps = plural(event.steps_per_epoch, "step")
                 self._line(f"layerlab: {event.arch} ({threads}) on {event.device}; "
                            f"{event.n_params:,} parameters; {name}: {event.train_samples:,} train / "
                            f"{event.test_samples:,} test; {steps} per epoch")
@@ -132,5 +133,5 @@ class TextReporter:
         per_s = mean_rate(self.epochs, batch) if self.epochs else event.samples_per_s  # step 1 (compiling)
         # Epoch 1 (or within it step 1: compiling) left out, as the run store and the app leave it; the line says so.
         rate = "" if per_s is None else f"{per_s:,.0f} samples/s {rate_basis(len(self.epochs))}, "
-        counts = f"{_plural(event.epochs, 'epoch')}, {_plural(event.steps, 'step')}"
+        counts = f"{plural(event.epochs, 'epoch')}, {plural(event.steps, 'step')}"
         self._line(f"{state}: {counts}, {acc}, {rate}{event.total_s:.1f} s{saved}")

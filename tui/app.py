@@ -18,9 +18,9 @@ from textual.widgets import Button, Header, Input, Select, TabbedContent, TabPan
 from nncore import paths
 from tui import compat  # noqa: F401 (fixes to Textual, before anything is built)
 from nncore.config import RunConfig, check_run, load_config, preset_configs
-from nncore.report import batch_note
 from nncore.errors import ConfigError, DataError, LayerlabError
 from nncore.fileio import write_atomic
+from nncore.report import batch_note
 from nncore.runscli import export_text
 from nncore.runtime import available_archs
 from nncore.store import MEMORY, Recorder, Store, StoreError, failure_status

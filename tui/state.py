@@ -17,6 +17,7 @@ from nncore.layers import LAYER_TYPES
 from nncore.limits import INT32_MAX
 from nncore.losses import canonical
 from nncore.network import build_layers, check_spec, summarize
+from nncore.report import plural  # noqa: F401 (the app's panes take it from here)
 from nncore.store import mean_epoch_s, mean_rate
 
 LAYER_KINDS = [cls.kind for cls in LAYER_TYPES.values()]
@@ -202,10 +203,6 @@ class Draft:
         for title, table in (("data", data), ("train", train)):
             lines += ["", f"[{title}]"] + [f"{k} = {val(v)}" for k, v in table.items() if v is not None]
         return "\n".join(lines) + "\n"
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
 @dataclass
