@@ -340,3 +340,26 @@ async def test_the_footer_keeps_quit_in_view_at_80_columns_during_a_run(fixed_en
             line = footer()
             assert "x Stop" in line and "space Mark" in line, line
             assert line.rstrip().endswith("^p palette") and "^q Quit" in line, f"{state}: {line!r}"
+
+
+def test_the_detail_line_breaks_between_values_never_inside_one():
+    """The line under the table named the hidden values as one string, which the terminal wrapped wherever the
+    width ran out ("... 0.01" / "s/epoch"). Broken to a width, each value stays whole on its line."""
+    from tui.panes.runs import _detail
+
+    row = {"id": 12, "network": "kdd-net-2h-relu-v2", "arch": "cpu-parallel", "kind": "train",
+           "started": "2026-11-27 05:41", "batch": 1000, "epochs": 37, "threads": 2, "ranks": 1,
+           "s_per_epoch": 0.0137, "samples_per_s": 81234.5}
+    hidden = {"started", "kind", "batch", "epochs", "threads", "ranks", "s_per_epoch"}
+    whole = _detail(row, hidden, {"network": 9})
+    assert "\n" not in whole
+    values = whole.removeprefix("#12: ").split(", ")
+    assert len(values) == 8 and "0.01 s/epoch" in values and "kdd-net-2h-relu-v2" in values
+    for width in (17, 23, 30, 41, 58):
+        lines = _detail(row, hidden, {"network": 9}, width).splitlines()
+        assert len(lines) > 1 and lines[0].startswith("#12: ")
+        # Every line fits, but one holding a single value longer than the width (the terminal wraps that one).
+        assert all(len(line) <= width or ", " not in line for line in lines), (width, lines)
+        got = [v for line in lines for v in line.removeprefix("#12: ").rstrip(",").split(", ")]
+        assert got == values, (width, lines)
+    assert _detail(row, hidden, {"network": 9}, 500) == whole

@@ -48,9 +48,10 @@ def _cell(key: str, value) -> str:
     return str(value)
 
 
-def _detail(row: dict, hidden: set[str], cut: dict[str, int]) -> str:
+def _detail(row: dict, hidden: set[str], cut: dict[str, int], width: int = 0) -> str:
     """A run's values that the table hides (``hidden`` columns) or cuts (``cut``: column widths), for the line
-    under the table; "" where the table shows the run whole."""
+    under the table; "" where the table shows the run whole. With a ``width``, broken into lines of at most that
+    many cells between values, never inside one ("0.01 s/epoch" stays on one line)."""
     said = {"network": lambda v: v, "arch": lambda v: v, "kind": lambda v: v, "started": lambda v: f"started {v}",
             "batch": lambda v: f"batch {v}", "epochs": lambda v: f"{v} ep", "threads": lambda v: f"{v} thr",
             "ranks": lambda v: f"{v} rank" + ("s" if v != 1 else ""), "s_per_epoch": lambda v: f"{v:.2f} s/epoch"}
@@ -59,7 +60,17 @@ def _detail(row: dict, hidden: set[str], cut: dict[str, int]) -> str:
         keys.discard("epochs")  # (a sweep has points, no epochs)
     parts = [said[k](row[k]) if k in said else f"{HEADERS.get(k, k)} {_cell(k, row[k])}"
              for k in dict.fromkeys([*said, *STORE_COLUMNS]) if k in keys and row.get(k) is not None]
-    return f"#{row['id']}: " + ", ".join(parts) if parts else ""
+    if not parts:
+        return ""
+    lines = [f"#{row['id']}: {parts[0]}"]
+    for i, part in enumerate(parts[1:], 2):
+        comma = int(i < len(parts))  # (the "," after it, where a value follows)
+        if width and cell_len(lines[-1]) + 2 + cell_len(part) + comma > width:
+            lines[-1] += ","
+            lines.append(part)
+        else:
+            lines[-1] += f", {part}"
+    return "\n".join(lines)
 
 
 # Hidden where the terminal is too narrow for every column, the least useful first (ranks is 1 but for MPI runs,
@@ -222,12 +233,15 @@ class RunsPane(Guarded, Vertical):
         shows the run whole)."""
         table, line = self.query_one(RunsTable), self.query_one("#runs-detail", Static)
         row = next((r for r in self.rows if r["id"] == self.selected_id()), None)
-        text = _detail(row, table.hidden, table.cut) if row else ""
+        text = _detail(row, table.hidden, table.cut, line.size.width or table.size.width) if row else ""
         line.display = bool(text)
         line.update(text)
 
     def on_runs_table_fitted(self, event: RunsTable.Fitted) -> None:
         self._detail()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._detail()  # (its lines are broken to the width)
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._detail()
