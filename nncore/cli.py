@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,6 +28,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):  # one line and exit 2, instead of usage + message
         # (one prefix for every error, a subcommand's too: tools, and the relay of a distributed run, look for it)
+        # argparse says "argument --lr: ..."; the checks of the run's settings say "--lr: ...": one wording.
+        message = re.sub(r"^argument ([^:]*): ", r"\1: ", message)
         self.exit(EXIT_CONFIG, f"layerlab: error: {message}\n")
 
 

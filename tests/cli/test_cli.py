@@ -76,7 +76,7 @@ MLP = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_featu
      "layer 0 (Linear): in_features 3 does not match the input size 2"),
     (MLP + '[train]\nbatch_size = 0\n', [], "train.batch_size = 0 must be a positive integer"),
     (MLP + '[train]\nlrr = 0.1\n', [], "unknown field train.lrr"),
-    (MLP, ["--epochs", "x"], "argument --epochs: 'x' must be a whole number written in digits 0-9"),
+    (MLP, ["--epochs", "x"], "--epochs: 'x' must be a whole number written in digits 0-9"),
     (MLP, ["--dataset", "nope"], "dataset 'nope' is unknown"),
     (MLP, ["--lr", "-1"], "--lr: train.lr = -1.0 must be a finite number > 0"),
     (MLP, ["--limit", "0"], "--limit: data.limit = 0 must be a positive integer"),  # the flag, not the file
@@ -86,6 +86,15 @@ def test_bad_config_or_arguments_exit_2(tmp_path, config, args, needle):
     proc = layerlab("train", write(tmp_path, config), *args)
     assert proc.returncode == 2
     one_line_error(proc, needle)
+
+
+def test_an_option_is_named_the_same_way_whichever_check_refuses_it(tmp_path):
+    """argparse's checks said "argument --lr: ...", the settings' checks "--lr: ...": one wording now."""
+    for value in ["x", "-1"]:  # (refused by argparse's type, then by the config's range)
+        proc = layerlab("train", write(tmp_path, MLP), "--lr", value)
+        assert proc.returncode == 2 and proc.stderr.startswith("layerlab: error: --lr: "), proc.stderr
+    proc = layerlab("nosuchcommand")
+    assert proc.returncode == 2 and proc.stderr.startswith("layerlab: error: command: invalid choice"), proc.stderr
 
 
 @pytest.mark.parametrize("layers,needle", [
