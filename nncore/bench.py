@@ -85,6 +85,20 @@ def device_pool(x: np.ndarray, y: np.ndarray) -> tuple:
     return xs, ys, order
 
 
+def plain_steps(name: str, batch: int, lr: float = 0.01) -> tuple:
+    """(net, step) for scripts that time a workload's steps on the current runtime: the workload's network
+    (seed 0) and a function ``step(s)`` that trains one plain SGD step on the pool's batch starting at sample s."""
+    model = workload_model(name)
+    net = Sequential.from_spec(model, seed=0)
+    opt = SGD(net.n_params, lr=lr)
+    xs, ys, order = device_pool(*_data(model))
+    ws = net.workspace(batch)
+
+    def step(s: int) -> None:
+        net.train_step(ws, opt, gather=lambda: gather_rows(ws.x, ws.labels, xs, ys, order, s))
+    return net, step
+
+
 def _flops_per_step(net: Sequential, batch: int) -> int:
     return sum(r["flops_fwd"] + r["flops_bwd"] for r in net.summary(batch))
 

@@ -19,10 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout too
 from nncore import runtime, graph as G, cudagraph
-from nncore.bench import POOL, workload_model, _data, device_pool
-from nncore.network import Sequential
-from nncore.optim import SGD
-from nncore.kernels.data import gather_rows
+from nncore.bench import POOL, plain_steps
 from nncore.runtime import ti
 
 PROF = os.environ.get("PROF") == "1"
@@ -53,16 +50,8 @@ wrap(cudagraph.Replay, "run", "replay")
 
 for name in names:
     for batch in batches:
-        model = workload_model(name)
-        net = Sequential.from_spec(model, seed=0)
-        opt = SGD(net.n_params, lr=0.01)
-        x, y = _data(model)
-        xs, ys, order = device_pool(x, y)
-        ws = net.workspace(batch)
+        net, step = plain_steps(name, batch)
         starts = [(i * batch) % (POOL - batch + 1) for i in range(N)]
-
-        def step(s):
-            net.train_step(ws, opt, gather=lambda: gather_rows(ws.x, ws.labels, xs, ys, order, s))
         t0 = time.perf_counter()
         for s in starts[:5]:
             step(s)

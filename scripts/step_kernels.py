@@ -50,27 +50,16 @@ def _ours(name: str, batch: int, spec_file: str):
 
     torch.cuda.init()
     from nncore import runtime
-    from nncore.bench import POOL, _data, device_pool, workload_model
-    from nncore.kernels.data import gather_rows
-    from nncore.network import Sequential
-    from nncore.optim import SGD
+    from nncore.bench import POOL, plain_steps, workload_model
     from nncore.peer import layer_specs
 
     runtime.init("cuda")
     model = workload_model(name)
-    net = Sequential.from_spec(model, seed=0)
-    opt = SGD(net.n_params, lr=0.01)
-    x, y = _data(model)
-    xs, ys, order = device_pool(x, y)
-    ws = net.workspace(batch)
+    net, step = plain_steps(name, batch)
     with open(spec_file, "wb") as f:
-        pickle.dump({"specs": layer_specs(net), "loss": model["loss"], "n_in": int(x[0].size),
-                     "shape": x.shape[1:], "n_out": int(net.layers[-1].out_shape[-1])}, f)
-
-    def step(i: int) -> None:
-        s = (i * batch) % (POOL - batch + 1)
-        net.train_step(ws, opt, gather=lambda: gather_rows(ws.x, ws.labels, xs, ys, order, s))
-    return step, runtime.sync
+        pickle.dump({"specs": layer_specs(net), "loss": model["loss"], "shape": tuple(model["input"]),
+                     "n_out": int(net.out_shape[0])}, f)
+    return (lambda i: step((i * batch) % (POOL - batch + 1))), runtime.sync
 
 
 def _torch(batch: int, spec_file: str):
