@@ -26,10 +26,17 @@ class Key:
     does: str  # the help screen's and the README's description
     show: bool = True  # in the footer
     where: str = "anywhere"  # the view whose widgets the key belongs to (help and README group by it)
+    in_dialogs: bool = False  # the ``anywhere`` key acts in a dialog too (a priority binding; the plain key not)
 
-    def binding(self) -> Binding:
-        keys = ",".join(k for k in (self.plain, self.anywhere) if k)
-        return Binding(keys, self.action, self.label, show=self.show, id=re.sub(r"\W+", "_", self.action).strip("_"))
+    def bindings(self) -> list[Binding]:
+        name = re.sub(r"\W+", "_", self.action).strip("_")
+        if not self.in_dialogs:
+            keys = ",".join(k for k in (self.plain, self.anywhere) if k)
+            return [Binding(keys, self.action, self.label, show=self.show, id=name)]
+        # A dialog (a modal screen) hides the app's bindings but for priority ones; a priority binding also acts
+        # before a text field sees the key, so the plain key, which a field must receive, stays ordinary.
+        plain = [Binding(self.plain, self.action, self.label, show=False, id=f"{name}_plain")] if self.plain else []
+        return [*plain, Binding(self.anywhere, self.action, self.label, show=self.show, priority=True, id=name)]
 
 
 APP_KEYS = [
@@ -43,7 +50,8 @@ APP_KEYS = [
     Key(None, "ctrl+s", "save_config", "Save", "save the network and settings as a config file", show=False),
     Key(None, "ctrl+o", "open_config", "Open", "open a config file", show=False),
     Key("question_mark", "f12", "help", "Help", "the help screen: every key, and how the numbers are measured"),
-    Key("q", "ctrl+q", "quit", "Quit", "quit (a run is stopped cleanly first)"),
+    Key("q", "ctrl+q", "quit", "Quit", "quit (a run is stopped cleanly first; ctrl+q in a dialog too)",
+        in_dialogs=True),
     Key(None, "escape", "leave_field", "Leave field", "leave a text field (or close a dialog)", show=False),
 ]
 # Keys of one view's table or list (where nothing is typed), bound by that view.
@@ -79,7 +87,7 @@ OTHER_KEYS = [("ctrl+p", "command palette: every action by name"),
 
 
 def bindings(keys: list[Key]) -> list[Binding]:
-    return [k.binding() for k in keys]
+    return [b for k in keys for b in k.bindings()]
 
 
 def show_key(key: str | None) -> str:

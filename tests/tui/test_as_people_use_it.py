@@ -8,7 +8,7 @@ from nncore.config import check_run, load_config
 from nncore.errors import LayerlabError
 from tests.tui.conftest import record, scripted_run, screen_text, wait_for
 from tui.app import LayerlabApp
-from tui.panes.model import ParamInput
+from tui.panes.model import LayerTable, ParamInput
 from tui.screens.pick import PickScreen
 from tui.screens.path import PathScreen
 from tui.state import STORE_COLUMNS
@@ -293,6 +293,29 @@ async def test_ctrl_q_quits_from_a_field(fixed_env):
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
         app.query_one("#input-shape", Input).focus()
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: not app.is_running, 10)
+
+
+@pytest.mark.parametrize("dialog", ["f12", "ctrl+o", "add a layer"])
+async def test_ctrl_q_quits_from_a_dialog_too(fixed_env, dialog):
+    """The help screen, the open dialog and the layer-type list are modal screens, which hide the app's bindings:
+    ctrl+q did nothing there, where the key table says it acts anywhere. q in a dialog's field still types."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        if dialog == "add a layer":
+            await pilot.press("1")
+            app.query_one(LayerTable).focus()
+            await pilot.press("a")
+        else:
+            await pilot.press(dialog)
+        await pilot.pause()
+        assert app.screen.is_modal, dialog
+        if dialog == "ctrl+o":
+            field = app.screen.query_one(Input)
+            field.focus()
+            await type_keys(pilot, ["q"])
+            assert field.value.endswith("q") and app.is_running
         await pilot.press("ctrl+q")
         await wait_for(pilot, lambda: not app.is_running, 10)
 
