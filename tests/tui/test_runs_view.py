@@ -307,6 +307,10 @@ async def test_the_table_fits_80_columns_and_shows_every_column_at_140(fixed_env
                       "s/epoch", "started", "kind"]:
             assert f" {label} " in header(), header()
         assert long in screen_text(app) and not app.query_one("#runs-detail").display
+        # A sweep has points, no epochs: its epochs cell is a dash, a training run's its count.
+        epochs = [str(table.get_row_at(i)[STORE_COLUMNS.index("epochs")]) for i in range(table.row_count)]
+        assert [e for e, r in zip(epochs, _rows(app)) if r["kind"] == "sweep"] == ["—"]
+        assert all(e.isdigit() for e, r in zip(epochs, _rows(app)) if r["kind"] == "train"), epochs
         await pilot.resize_terminal(80, 24)  # and narrow again
         await pilot.pause()
         assert table.max_scroll_x == 0 and "started" not in header() and app.query_one("#runs-detail").display

@@ -194,7 +194,9 @@ class RunsPane(Guarded, Vertical):
         at_top = table.row_count == 0 or table.cursor_row <= 0
         self.rows, self.total = store_rows(rows, self.marked), total
         # Text, not markup (a network's name is shown as written), cut with an ellipsis where the column is cut.
-        cells = [[Text(_cell(c, r[c]), no_wrap=True, overflow="ellipsis") for c in STORE_COLUMNS] for r in self.rows]
+        # (A sweep has points, no epochs: its epochs cell says so, as its detail line leaves them out.)
+        cells = [[Text(_cell(c, None if c == "epochs" and r["kind"] != "train" else r[c]), no_wrap=True,
+                       overflow="ellipsis") for c in STORE_COLUMNS] for r in self.rows]
         if table.row_count == len(cells) and all(
                 str(table.get_row_at(i)[1]) == str(row[1]) for i, row in enumerate(cells)):
             for i, row in enumerate(cells):  # the same runs: only changed cells are written
