@@ -45,7 +45,7 @@ def parse_every(text) -> tuple[int, str]:
                 s = s[: -len(suffix)]
                 break
     if not (s.isascii() and s.isdigit()) or not 1 <= int(s) <= INT32_MAX:
-        raise ConfigError(f"--checkpoint-every {text!r} must be N (steps) or Ne (epochs), N >= 1")
+        raise ConfigError(f"--checkpoint-every: {text!r} must be N (steps) or Ne (epochs), N >= 1")
     return int(s), unit
 
 

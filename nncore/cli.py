@@ -347,7 +347,7 @@ def _launch_ranks(args, argv: list[str], ranks: int) -> int:
     from nncore.distributed import launch_command, mpi_missing
 
     if ranks < 1:
-        print(f"layerlab: error: --ranks {ranks} must be at least 1", file=sys.stderr)
+        print(f"layerlab: error: --ranks: {ranks} must be at least 1", file=sys.stderr)
         return EXIT_CONFIG
     missing = mpi_missing()
     if missing:

@@ -189,7 +189,7 @@ def test_ctrl_c_stops_every_rank_after_the_same_step_and_keeps_stdout_json(tmp_p
 def test_ranks_must_be_positive():
     proc = layerlab("train", "quadrant", "--ranks", "0")
     assert proc.returncode == 2
-    one_line_error(proc, "--ranks 0 must be at least 1")
+    one_line_error(proc, "--ranks: 0 must be at least 1")
 
 
 @needs_mpi

@@ -292,7 +292,7 @@ def test_bench_and_sweep_outputs_are_checked_before_the_work(args, needle):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["train", "quadrant", "--checkpoint", "c.npz", "--checkpoint-every", "²"], "--checkpoint-every '²'"),
+    (["train", "quadrant", "--checkpoint", "c.npz", "--checkpoint-every", "²"], "--checkpoint-every: '²'"),
     (["train", "quadrant", "--epochs", "５"], "--epochs: '５' must be a whole number written in digits 0-9"),
     (["train", "quadrant", "--lr", "inf"], "--lr: 'inf' must be a finite number"),
     (["lockstep", "quadrant", "--tol", "nan"], "--tol: 'nan' must be a finite number"),
