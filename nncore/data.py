@@ -309,8 +309,15 @@ def describe(name: str | None = None, directory=None, *, samples: int = 1000, no
             raise DataError(f"{DEBIAN_FASHION}: not installed (apt-get install dataset-fashion-mnist), "
                             "or pass --data DIR")
         return DatasetInfo(name, (1, 28, 28), 10)
-    raise ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(available_datasets())} "
-                      "or give an IDX directory", field="data.dataset")
+    raise _unknown(name)
+
+
+def _unknown(name) -> ConfigError:
+    """A dataset name that is none of those here: the names that are, and where other data goes."""
+    names = list(available_datasets())
+    later = "" if "fashion-mnist" in names else " (fashion-mnist once dataset-fashion-mnist is installed)"
+    return ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(names)}{later}; or a directory of IDX files "
+                       "or a CSV file (--data, data.path)", field="data.dataset")
 
 
 def available_datasets() -> dict[str, str]:
@@ -342,6 +349,5 @@ def load(name: str | None = None, directory=None, *, samples: int = 1000, noise:
                             "or pass --data DIR")
         ds = load_idx_dir(DEBIAN_FASHION, "fashion-mnist")
     else:
-        raise ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(available_datasets())} "
-                          "or give an IDX directory", field="data.dataset")
+        raise _unknown(name)
     return ds.limit(limit).split_validation(val_ratio, seed)

@@ -77,7 +77,7 @@ MLP = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_featu
     (MLP + '[train]\nbatch_size = 0\n', [], "train.batch_size = 0 must be a positive integer"),
     (MLP + '[train]\nlrr = 0.1\n', [], "unknown field train.lrr"),
     (MLP, ["--epochs", "x"], "--epochs: 'x' must be a whole number written in digits 0-9"),
-    (MLP, ["--dataset", "nope"], "dataset 'nope' is unknown"),
+    (MLP, ["--dataset", "nope"], "dataset 'nope' is unknown; choose one of quadrant"),
     (MLP, ["--lr", "-1"], "--lr: train.lr = -1.0 must be a finite number > 0"),
     (MLP, ["--limit", "0"], "--limit: data.limit = 0 must be a positive integer"),  # the flag, not the file
     (MLP, ["--save-weights", "/nonexistent/dir/w.npz"], "its directory does not exist"),
@@ -86,6 +86,13 @@ def test_bad_config_or_arguments_exit_2(tmp_path, config, args, needle):
     proc = layerlab("train", write(tmp_path, config), *args)
     assert proc.returncode == 2
     one_line_error(proc, needle)
+
+
+def test_an_unknown_dataset_names_the_known_ones_and_where_other_data_goes(tmp_path):
+    proc = layerlab("train", write(tmp_path, MLP), "--dataset", "nope")
+    assert proc.returncode == 2
+    one_line_error(proc, "fashion-subset")
+    assert "or a directory of IDX files or a CSV file (--data, data.path)" in proc.stderr, proc.stderr
 
 
 def test_an_option_is_named_the_same_way_whichever_check_refuses_it(tmp_path):
