@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             rest.append(arg)
     if len(rest) > 1 or (rest and rest[0].startswith("-")):
-        print(f"layerlab: error: unexpected argument {rest[-1]!r}\n{USAGE}", end="", file=sys.stderr)
+        print(f"layerlab: error: unexpected argument {rest[-1]!r} (layerlab tui --help)", file=sys.stderr)
         return cli.EXIT_CONFIG
     if isinstance(store, str):
         try:

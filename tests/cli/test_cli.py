@@ -254,6 +254,7 @@ def test_tui_usage_errors_exit_2_and_help_exits_0():
     proc = subprocess.run([sys.executable, "-m", "tui.launch", "tui", "a.toml", "b.toml"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "unexpected argument 'b.toml'" in proc.stderr and "Traceback" not in proc.stderr
+    one_line_error(proc, "unexpected argument 'b.toml' (layerlab tui --help)")  # (one line, not the usage too)
     proc = subprocess.run([sys.executable, "-m", "tui.launch", "tui", "--help"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("usage: layerlab [tui [CONFIG]")
