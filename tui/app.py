@@ -641,7 +641,11 @@ class LayerlabApp(GuardedApp):
         self.set_focus(target)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        """A view shown by a click on its tab: the focus follows unless it is on the tabs."""
+        """A view shown by a click on its tab: the focus follows unless it is on the tabs. The Runs view reads
+        the store again whenever it is shown, so that runs recorded meanwhile by ``layerlab train`` elsewhere
+        are there."""
+        if event.pane.id == "runs" and self.store is not None:
+            self._show_runs()
         focused = self.focused
         if focused is None or not (event.pane in focused.ancestors or isinstance(focused, Tabs)):
             self._focus_home(event.pane.id)

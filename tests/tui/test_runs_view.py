@@ -242,6 +242,21 @@ async def test_a_store_named_that_is_not_there_yet_is_announced_once(fixed_env, 
     assert path.is_file()
 
 
+async def test_the_runs_view_shows_runs_recorded_elsewhere_when_it_is_shown(fixed_env):
+    """A run recorded by another process (`layerlab train` in another terminal) while the app was open showed up
+    only after a restart: the view read the store at start and after the app's own runs."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        assert "sweep" not in screen_text(app)
+        other = Store(app.store.path)  # another connection to the same file, as another process has
+        other.add_finished("sweep", "quadrant-elsewhere", {"model": {}, "sweep": {}}, [], {}, arch="cpu-serial")
+        await pilot.press("1")
+        await pilot.press("4")
+        await wait_for(pilot, lambda: "quadrant-elsewhere" in [r["network"] for r in _rows(app)])
+
+
 async def test_a_sweep_row_leaves_the_status_column_readable_at_80_columns(fixed_env):
     """A sweep's archs (cpu-serial,cpu-parallel) are shown as serial+parallel: whole, they widened the arch column
     until the status column showed only "st"/"fi" at 80x24."""
