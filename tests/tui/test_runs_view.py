@@ -361,6 +361,14 @@ async def test_the_footer_keeps_quit_in_view_at_80_columns_during_a_run(fixed_en
             assert line.rstrip().endswith("^p palette") and "^q Quit" in line, f"{state}: {line!r}"
 
 
+def test_seconds_per_epoch_keep_two_significant_digits_under_a_tenth():
+    """A run of 150 epochs in a second showed "0.00 s/epoch"."""
+    from tui.panes.runs import _cell
+
+    assert [_cell("s_per_epoch", v) for v in (12.345, 0.1234, 0.0137, 0.00067)] == ["12.35", "0.12", "0.014",
+                                                                                     "0.00067"]
+
+
 def test_the_detail_line_breaks_between_values_never_inside_one():
     """The line under the table named the hidden values as one string, which the terminal wrapped wherever the
     width ran out ("... 0.01" / "s/epoch"). Broken to a width, each value stays whole on its line."""
@@ -373,7 +381,7 @@ def test_the_detail_line_breaks_between_values_never_inside_one():
     whole = _detail(row, hidden, {"network": 9})
     assert "\n" not in whole
     values = whole.removeprefix("#12: ").split(", ")
-    assert len(values) == 8 and "0.01 s/epoch" in values and "kdd-net-2h-relu-v2" in values
+    assert len(values) == 8 and "0.014 s/epoch" in values and "kdd-net-2h-relu-v2" in values
     for width in (17, 23, 30, 41, 58):
         lines = _detail(row, hidden, {"network": 9}, width).splitlines()
         assert len(lines) > 1 and lines[0].startswith("#12: ")

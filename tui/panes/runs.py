@@ -37,8 +37,8 @@ def _cell(key: str, value) -> str:
         return "—"
     if key == "test_acc":
         return f"{value:.4f}"
-    if key == "s_per_epoch":
-        return f"{value:.2f}"
+    if key == "s_per_epoch":  # (two significant digits under 0.1 s: a fast run's epochs are not "0.00")
+        return f"{value:.2f}" if value >= 0.1 else f"{value:.2g}"
     if key == "samples_per_s":
         return f"{value:,.0f}"
     if key == "arch":  # a sweep's list of archs, short enough to leave the columns after it in view
@@ -54,7 +54,7 @@ def _detail(row: dict, hidden: set[str], cut: dict[str, int], width: int = 0) ->
     many cells between values, never inside one ("0.01 s/epoch" stays on one line)."""
     said = {"network": lambda v: v, "arch": lambda v: v, "kind": lambda v: v, "started": lambda v: f"started {v}",
             "batch": lambda v: f"batch {v}", "epochs": lambda v: f"{v} ep", "threads": lambda v: f"{v} thr",
-            "ranks": lambda v: f"{v} rank" + ("s" if v != 1 else ""), "s_per_epoch": lambda v: f"{v:.2f} s/epoch"}
+            "ranks": lambda v: f"{v} rank" + ("s" if v != 1 else ""), "s_per_epoch": lambda v: f"{_cell('s_per_epoch', v)} s/epoch"}
     keys = {*hidden, *(k for k, width in cut.items() if cell_len(_cell(k, row[k])) > width)}
     if row["kind"] != "train":
         keys.discard("epochs")  # (a sweep has points, no epochs)
