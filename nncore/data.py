@@ -316,8 +316,8 @@ def _unknown(name) -> ConfigError:
     """A dataset name that is none of those here: the names that are, and where other data goes."""
     names = list(available_datasets())
     later = "" if "fashion-mnist" in names else " (fashion-mnist once dataset-fashion-mnist is installed)"
-    return ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(names)}{later}; or a directory of IDX files "
-                       "or a CSV file (--data, data.path)", field="data.dataset")
+    return ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(names)}{later}; or a directory of "
+                       "IDX files or a CSV file (--data, data.path)", field="data.dataset")
 
 
 def available_datasets() -> dict[str, str]:

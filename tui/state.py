@@ -17,7 +17,6 @@ from nncore.layers import LAYER_TYPES
 from nncore.limits import INT32_MAX
 from nncore.losses import canonical
 from nncore.network import build_layers, check_spec, summarize
-from nncore.report import plural  # noqa: F401 (the app's panes take it from here)
 from nncore.store import mean_epoch_s, mean_rate
 
 LAYER_KINDS = [cls.kind for cls in LAYER_TYPES.values()]
@@ -269,7 +268,8 @@ def store_rows(runs: list[dict], marked: list[int] = ()) -> list[dict]:
         train = cfg.get("train") or {}
         out.append({"mark": "✓" if r["id"] in marked else "", "id": r["id"], "network": r["name"],
                     "arch": r["arch"], "samples_per_s": r["samples_per_s"], "speedup": None, "test_acc": r["test_acc"],
-                    "status": r["status"], "batch": train.get("batch_size"), "epochs": r["epochs_done"],
+                    "status": r["status"], "batch": train.get("batch_size"),
+                    "epochs": r["epochs_done"] if r["kind"] == "train" else None,  # (a sweep has points, no epochs)
                     "threads": r["threads"], "ranks": r["ranks"], "s_per_epoch": r.get("s_per_epoch"),
                     "started": time.strftime("%m-%d %H:%M", time.localtime(r["started"])), "kind": r["kind"],
                     "config": cfg, "spec_key": spec_key(cfg["model"]) if isinstance(cfg.get("model"), dict) else ""})

@@ -5,8 +5,8 @@ import pytest
 
 from nncore.config import load_config
 from nncore.data import DatasetInfo
-from tui.state import (Draft, RunRecord, layer_params, parse_param, parse_shape, plural,
-                       store_rows)
+from nncore.report import plural
+from tui.state import Draft, RunRecord, layer_params, parse_param, parse_shape, store_rows
 
 QUADRANT = DatasetInfo("quadrant", (2,), 2)
 IMAGES = DatasetInfo("fashion-subset", (1, 28, 28), 10)

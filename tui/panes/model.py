@@ -20,8 +20,9 @@ from nncore.errors import ConfigError
 from nncore.losses import LOSSES
 from tui.guard import Guarded
 from tui.keys import MODEL_KEYS, bindings
+from nncore.report import plural
 from tui.state import LAYER_KINDS, Draft, Param, format_params, format_value, layer_params, parse_param, \
-    parse_shape, plural
+    parse_shape
 
 EMPTY = "(empty network)"
 STALE: dict = {}  # what the editor's fields belong to after another draft is loaded: no layer, not None either,

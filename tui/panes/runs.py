@@ -54,10 +54,9 @@ def _detail(row: dict, hidden: set[str], cut: dict[str, int], width: int = 0) ->
     many cells between values, never inside one ("0.01 s/epoch" stays on one line)."""
     said = {"network": lambda v: v, "arch": lambda v: v, "kind": lambda v: v, "started": lambda v: f"started {v}",
             "batch": lambda v: f"batch {v}", "epochs": lambda v: f"{v} ep", "threads": lambda v: f"{v} thr",
-            "ranks": lambda v: f"{v} rank" + ("s" if v != 1 else ""), "s_per_epoch": lambda v: f"{_cell('s_per_epoch', v)} s/epoch"}
+            "ranks": lambda v: f"{v} rank" + ("s" if v != 1 else ""),
+            "s_per_epoch": lambda v: f"{_cell('s_per_epoch', v)} s/epoch"}
     keys = {*hidden, *(k for k, width in cut.items() if cell_len(_cell(k, row[k])) > width)}
-    if row["kind"] != "train":
-        keys.discard("epochs")  # (a sweep has points, no epochs)
     parts = [said[k](row[k]) if k in said else f"{HEADERS.get(k, k)} {_cell(k, row[k])}"
              for k in dict.fromkeys([*said, *STORE_COLUMNS]) if k in keys and row.get(k) is not None]
     if not parts:
@@ -194,9 +193,7 @@ class RunsPane(Guarded, Vertical):
         at_top = table.row_count == 0 or table.cursor_row <= 0
         self.rows, self.total = store_rows(rows, self.marked), total
         # Text, not markup (a network's name is shown as written), cut with an ellipsis where the column is cut.
-        # (A sweep has points, no epochs: its epochs cell says so, as its detail line leaves them out.)
-        cells = [[Text(_cell(c, None if c == "epochs" and r["kind"] != "train" else r[c]), no_wrap=True,
-                       overflow="ellipsis") for c in STORE_COLUMNS] for r in self.rows]
+        cells = [[Text(_cell(c, r[c]), no_wrap=True, overflow="ellipsis") for c in STORE_COLUMNS] for r in self.rows]
         if table.row_count == len(cells) and all(
                 str(table.get_row_at(i)[1]) == str(row[1]) for i, row in enumerate(cells)):
             for i, row in enumerate(cells):  # the same runs: only changed cells are written
