@@ -34,15 +34,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _int_arg(text: str) -> int:
-    """ASCII digits with an optional sign, within 32 bits (the range a field then narrows)."""
-    from nncore.limits import ascii_int
+    """ASCII digits with an optional sign, within 32 bits (the range a field then narrows: "--epochs 0" is
+    refused by the run's settings, in their words)."""
+    from nncore.limits import INT32_MAX
 
     s = text.strip()
-    try:
-        value = ascii_int(s[1:] if s.startswith("-") else s, "value")
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc).replace("value ", "", 1)) from None
-    return -value if s.startswith("-") else value
+    digits = s[1:] if s.startswith("-") else s
+    if not (digits.isascii() and digits.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number written in digits 0-9")
+    value = -int(digits) if s.startswith("-") else int(digits)
+    if abs(value) > INT32_MAX:
+        raise argparse.ArgumentTypeError(f"{value} is too {'small' if value < 0 else 'large'} "
+                                         f"(beyond {'-' if value < 0 else ''}{INT32_MAX})")
+    return value
 
 
 def _float_arg(text: str) -> float:
@@ -227,7 +231,7 @@ def _recorder(args, cfg):
         return None
     from nncore.store import Recorder
 
-    return Recorder(store, Path(cfg.source).stem, cfg.to_dict(), input_refusals=False,
+    return Recorder(store, cfg.label, cfg.to_dict(), input_refusals=False,
                     warn=lambda msg: print(f"layerlab: warning: {msg}", file=sys.stderr))
 
 

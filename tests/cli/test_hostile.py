@@ -295,10 +295,14 @@ def test_bench_and_sweep_outputs_are_checked_before_the_work(args, needle):
     (["train", "quadrant", "--checkpoint", "c.npz", "--checkpoint-every", "²"], "--checkpoint-every: '²'"),
     (["train", "quadrant", "--epochs", "５"], "--epochs: '５' must be a whole number written in digits 0-9"),
     (["train", "quadrant", "--lr", "inf"], "--lr: 'inf' must be a finite number"),
+    # Past 32 bits: said as such, not as a range "[0, ...]" that 0 itself then falls out of.
+    (["train", "quadrant", "--epochs", "99999999999"], "--epochs: 99999999999 is too large (beyond 2147483647)"),
+    (["train", "quadrant", "--seed", "-99999999999"], "--seed: -99999999999 is too small (beyond -2147483647)"),
     (["lockstep", "quadrant", "--tol", "nan"], "--tol: 'nan' must be a finite number"),
 ])
 def test_arguments_are_ascii_and_finite(tmp_path, args, needle):
-    """² once raised a ValueError traceback, ５ was taken as 5, and --tol nan was accepted."""
+    """² once raised a ValueError traceback, ５ was taken as 5, --tol nan was accepted, and 99999999999 was
+    "must be in [0, 2147483647]" for --epochs, which refuses 0."""
     proc = layerlab(*args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
     one_line_error(proc, needle)
