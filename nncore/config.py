@@ -54,6 +54,7 @@ DATA_FIELDS = {
     "test_path": (None, _STR), "label": (None, _COLUMN), "header": ("auto", _HEADER), "categorical": (None, _COLUMNS),
 }
 CSV_FIELDS = ("test_path", "label", "header", "categorical")
+NAME_CHARS = 64  # a config's ``name``: it heads the app's network pane and the run store's network column
 
 
 @dataclass
@@ -62,6 +63,13 @@ class RunConfig:
     data: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
     source: str = "<config>"
+    name: str = ""  # the file's top-level ``name``; empty: the file's own name stands for it (``label``)
+
+    @property
+    def label(self) -> str:
+        """What the network is called in the run store and the app: the config's ``name``, else its file's name
+        without the suffix."""
+        return self.name or Path(self.source).stem
 
     def __post_init__(self):
         self.data = _fill("data", self.data, DATA_FIELDS, self.source)
@@ -162,7 +170,14 @@ def load_config(path) -> RunConfig:
         raise ConfigError(f"{p}: unknown table or field {unknown[0]!r} (allowed: model, data, train)")
     if not isinstance(doc.get("model"), dict):
         raise ConfigError(f"{p}: missing [model] table")
-    return RunConfig(doc["model"], doc.get("data", {}), doc.get("train", {}), source=str(p))
+    for key in ("name", "description"):
+        value = doc.get(key, "")
+        if not isinstance(value, str) or (key == "name" and len(value) > NAME_CHARS) \
+                or not all(c.isprintable() for c in value):
+            limit = f" of at most {NAME_CHARS} characters" if key == "name" else ""
+            raise ConfigError(f"{p}: {key} = {value!r:.40} must be one line of text{limit}", field=key)
+    return RunConfig(doc["model"], doc.get("data", {}), doc.get("train", {}), source=str(p),
+                     name=doc.get("name", "").strip())
 
 
 def fit_model(model: dict, info) -> tuple[dict, list, object]:

@@ -62,7 +62,7 @@ def run_sweep_cli(args) -> int:
              "amdahl": None if amdahl is None else amdahl.__dict__}
     from .cli import record_points
 
-    record_points(args, "sweep", Path(cfg.source).stem, [p.to_dict() for p in points],
+    record_points(args, "sweep", cfg.label, [p.to_dict() for p in points],
                   {**extra, "model": cfg.model}, arch=",".join(archs))
     try:
         sweep.write_results(points, out, extra)

@@ -170,7 +170,7 @@ class LayerlabApp(GuardedApp):
                 self.notify(f"not opened: {err}", severity="error", timeout=20, markup=False)
                 return False
             self.notify(f"opened; it cannot train yet: {err}", severity="warning", timeout=12, markup=False)
-        self.draft = Draft.from_model(cfg.model, Path(cfg.source).stem)
+        self.draft = Draft.from_model(cfg.model, cfg.label)
         self.query_one(ModelPane).load_draft(self.draft, self.draft.name if self.draft.name in preset_configs()
                                              else None)
         self.query_one(SettingsPane).load({**cfg.data, "dataset": cfg.dataset_name()}, cfg.train)
@@ -215,16 +215,17 @@ class LayerlabApp(GuardedApp):
         self.open_dialog(PathScreen(title, value, must_exist, suffixes, make_dir=self.save_dir, check=check,
                                     names=names), lambda path: path and then(Path(path)))
 
-    def _write(self, path: Path, text: str, what: str) -> None:
+    def _write(self, path: Path, text: str, what: str) -> bool:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(path, lambda fh: fh.write(text.encode("utf-8")))
         except OSError as err:
             self.notify(f"{what} not written to {path}: {err.strerror or err}", severity="error", timeout=12,
                         markup=False)
-            return
+            return False
         self.save_dir = path.parent
         self.notify(f"{what} written to {path}", timeout=10, markup=False)
+        return True
 
     def action_save_config(self) -> None:
         try:
@@ -232,8 +233,16 @@ class LayerlabApp(GuardedApp):
         except ConfigError as err:
             self.notify(f"not saved: {err}", severity="error", markup=False)
             return
-        self._ask_path("Save the network and settings as", f"{self.draft.name}.toml", (".toml",),
-                       lambda p: self._write(p, self.draft.to_toml(data, train), "config"))
+
+        def save(path: Path) -> None:
+            # The file's name becomes the network's (its ``name`` line, the header, the runs it records), as
+            # `layerlab train` then calls it.
+            before, self.draft.name = self.draft.name, path.stem
+            if not self._write(path, self.draft.to_toml(data, train), "config"):
+                self.draft.name = before
+            self._show_title()
+
+        self._ask_path("Save the network and settings as", f"{self.draft.name}.toml", (".toml",), save)
 
     def action_open_config(self) -> None:
         def refused(path: Path) -> str | None:  # answered in the prompt, which stays open

@@ -189,6 +189,7 @@ def distributed_main(cfg: dict, conn: Connection, store: str | None = None) -> N
     import time
 
     _silence_stdio()
+    from nncore.config import NAME_CHARS
     from nncore.distributed import launch_command
     from nncore.events import RunFailed
 
@@ -204,7 +205,9 @@ def distributed_main(cfg: dict, conn: Connection, store: str | None = None) -> N
         with tempfile.TemporaryDirectory(prefix="layerlab-") as tmp:
             path = os.path.join(tmp, "run.json")
             with open(path, "w", encoding="utf-8") as fh:
-                json.dump({k: cfg[k] for k in ("model", "data", "train")}, fh)
+                # (named as in the app: the ranks' run is recorded under the network's name, not "run")
+                json.dump({"name": str(cfg.get("source") or "")[:NAME_CHARS],
+                           **{k: cfg[k] for k in ("model", "data", "train")}}, fh)
             where = ["--store", store] if store is not None else ["--no-store"]  # rank 0 records
             cmd, env = launch_command(ranks, ["train", path, "--jsonl", "-", "--quiet", *where])
             proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

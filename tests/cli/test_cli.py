@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 
 import numpy as np
 import pytest
@@ -80,12 +81,31 @@ MLP = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_featu
     (MLP, ["--dataset", "nope"], "dataset 'nope' is unknown; choose one of quadrant"),
     (MLP, ["--lr", "-1"], "--lr: train.lr = -1.0 must be a finite number > 0"),
     (MLP, ["--limit", "0"], "--limit: data.limit = 0 must be a positive integer"),  # the flag, not the file
+    ("name = 3\n" + MLP, [], "c.toml: name = 3 must be one line of text of at most 64 characters"),
+    ('name = "two\\nlines"\n' + MLP, [], "c.toml: name = 'two\\nlines' must be one line of text"),
+    ('name = "' + 'x' * 65 + '"\n' + MLP, [], "must be one line of text of at most 64 characters"),
+    ("description = [1]\n" + MLP, [], "c.toml: description = [1] must be one line of text"),
     (MLP, ["--save-weights", "/nonexistent/dir/w.npz"], "its directory does not exist"),
 ])
 def test_bad_config_or_arguments_exit_2(tmp_path, config, args, needle):
     proc = layerlab("train", write(tmp_path, config), *args)
     assert proc.returncode == 2
     one_line_error(proc, needle)
+
+
+def test_a_configs_name_names_the_run(tmp_path):
+    """A config's top-level ``name`` is what the run store lists for its runs (it was the file's name, and
+    ``name`` was read and dropped); without one, the file's name still is."""
+    store = tmp_path / "runs.sqlite"
+    named = write(tmp_path, 'name = "xor-probe"\n' + MLP, "a.toml")
+    plain = write(tmp_path, MLP, "b.toml")
+    as_json = write(tmp_path, json.dumps({"name": "json-probe", **tomllib.loads(MLP)}), "run.json")  # (the app's)
+    for cfg in (named, plain, as_json):
+        proc = layerlab("train", cfg, "--arch", "cpu-serial", "--epochs", "1", "--quiet", "--store", store)
+        assert proc.returncode == 0, proc.stderr
+    listed = layerlab("runs", "--store", store, "list").stdout
+    assert "xor-probe" in listed and " b " in listed and "json-probe" in listed, listed
+    assert " a " not in listed and " run " not in listed, listed
 
 
 def test_an_unknown_dataset_names_the_known_ones_and_where_other_data_goes(tmp_path):

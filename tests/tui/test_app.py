@@ -348,6 +348,14 @@ async def test_open_prompt_takes_preset_names_as_the_cli_does(fixed_env, tmp_pat
         assert isinstance(app.screen, PathScreen) and "cnnx: no such file, nor a preset" in hint
         assert all(name in hint for name in shipped)
         assert app.draft.name == "net-1h"
+        # A file with a name of its own opens under that name, as `layerlab train` records it.
+        named = tmp_path / "f.toml"
+        named.write_text('name = "xor-probe"\n' + (Path(__file__).parents[2] / "assets/configs/quadrant.toml")
+                         .read_text().split("\n", 1)[1])
+        app.screen.query_one("#path-input", Input).value = str(named)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not isinstance(app.screen, PathScreen))
+        assert app.draft.name == "xor-probe" and app.sub_title == "xor-probe"
 
 
 async def test_open_and_save_prompts_answer_bad_paths_in_place(fixed_env, tmp_path):
@@ -376,6 +384,10 @@ async def test_open_and_save_prompts_answer_bad_paths_in_place(fixed_env, tmp_pa
         await pilot.press("enter")
         await wait_for(pilot, lambda: (tmp_path / "mine.toml").exists())
         assert not isinstance(app.screen, PathScreen)
+        # Saved under a name of its own, the network takes it: in the file (what `layerlab train` records its
+        # runs under) and in the header.
+        assert load_config(tmp_path / "mine.toml").label == "mine" and app.draft.name == "mine"
+        assert app.sub_title == "mine"
         assert (tmp_path / "mine.toml").stat().st_mode & 0o777 == 0o666 & ~_umask()
         # Saving over it asks first; no keeps the file as it was.
         (tmp_path / "mine.toml").write_text("kept")
@@ -430,6 +442,7 @@ async def test_a_distributed_run_shows_every_rank_and_stops_them_all(fixed_env):
         row = dict(zip(STORE_COLUMNS, (str(c) for c in app.query_one("#runs-table", DataTable).get_row_at(0))))
         # rank 0 recorded the run in the app's store
         assert [row["arch"], row["threads"], row["ranks"], row["status"]] == ["cpu-serial", "1", "2", "stopped"]
+        assert row["network"] == "quadrant"  # (the ranks read a temporary run.json: once recorded as "run")
 
 
 async def test_ranks_without_mpi_are_refused_in_place(fixed_env, monkeypatch):
