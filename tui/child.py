@@ -16,6 +16,7 @@ import json
 import multiprocessing as mp
 import os
 import sys
+import time
 from multiprocessing.connection import Connection
 
 BOUNDARY_RES = (48, 32)  # columns, rows of the probability grid
@@ -332,6 +333,7 @@ class RunHandle:
         child_conn.close()
         self.finished = False  # the child sent run_finished or run_failed
         self.closed = False  # the pipe reached EOF
+        self.deaf = False  # a command could not be written: the child has ended (what it sent is still read)
 
     def poll(self, limit: int = 500) -> list[dict]:
         """Messages that have arrived, without blocking (at most ``limit`` per call)."""
@@ -352,11 +354,13 @@ class RunHandle:
         return out
 
     def send(self, cmd: str) -> None:
-        if not self.closed:
+        # A stop that comes after the run ended finds the child's end closed; its last messages (run_finished)
+        # are still in the pipe, so this side stays open for reading.
+        if not self.closed and not self.deaf:
             try:
                 self.conn.send(cmd)
             except (BrokenPipeError, OSError):
-                self.closed = True
+                self.deaf = True
 
     @property
     def died(self) -> bool:
@@ -367,9 +371,14 @@ class RunHandle:
         return self.proc.exitcode
 
     def shutdown(self, timeout: float = 3.0) -> None:
-        """Ask the run to stop, then make sure the process is gone."""
+        """Ask the run to stop, then make sure the process is gone. Its messages are read (and dropped) while it
+        winds down: a child blocked writing into a full pipe would never see the stop, and be killed as "died"
+        with its run half recorded."""
         self.send("stop")
-        self.proc.join(timeout)
+        deadline = time.monotonic() + timeout
+        while self.proc.is_alive() and time.monotonic() < deadline:
+            self.poll()
+            self.proc.join(0.02)
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(1.0)

@@ -75,3 +75,45 @@ def test_single_steps_leave_their_loss_reading_out_of_the_rate(monkeypatch):
     assert [e.step for e in singles] == [3, 4, 5, 6]
     busy = [e.step * trainer.batch / e.samples_per_s for e in singles]  # seconds counted as training so far
     assert busy[-1] - busy[0] < 0.05, busy  # (3 more checks counted as training: 0.15 s more)
+
+
+def _wait_for(handle, event: str, seconds: float = 120) -> list:
+    seen, deadline = [], time.monotonic() + seconds
+    while not any(m.get("event") == event for m in seen) and time.monotonic() < deadline:
+        seen += handle.poll()
+        time.sleep(0.02)
+    assert any(m.get("event") == event for m in seen), seen[-3:]
+    return seen
+
+
+def test_quitting_mid_run_stops_it_even_when_nobody_read_its_pipe(tmp_path):
+    """The app quits with a run going: it asks the run to stop and waits. The child, which sends an event every
+    step, had filled the pipe meanwhile and sat blocked in a send, never saw the stop, and was killed after 3 s,
+    its run recorded as died. Now its messages are read (and dropped) while it winds down."""
+    from nncore.store import Store
+    from tui.child import RunHandle
+
+    cfg = load_config("quadrant").override("train", arch="cpu-serial", epochs=100000, log_every=1).to_dict()
+    handle = RunHandle(cfg, store=str(tmp_path / "runs.sqlite"))
+    _wait_for(handle, "epoch_end")
+    time.sleep(1.0)  # nobody reads: the pipe's buffer fills with step events
+    handle.shutdown(timeout=10.0)
+    assert handle.proc.exitcode == 0  # ended by itself, not killed
+    (run,) = Store(tmp_path / "runs.sqlite").runs()
+    assert run["status"] == "stopped"
+
+
+def test_a_stop_after_the_run_ended_does_not_lose_its_last_messages():
+    """x pressed as the run finishes: the stop finds the child's end closed. That once marked the pipe closed
+    for reading too, so run_finished, still in it, was never read and the app said the process had died."""
+    from tui.child import RunHandle
+
+    cfg = load_config("quadrant").override("train", arch="cpu-serial", epochs=1, log_every=1000).to_dict()
+    handle = RunHandle(cfg, boundary=False)
+    handle.proc.join(120)  # the run ended; its messages wait in the pipe
+    assert handle.proc.exitcode == 0
+    handle.send("stop")
+    seen = _wait_for(handle, "run_finished")
+    while not handle.closed:
+        seen += handle.poll()
+    assert not handle.died and handle.finished
