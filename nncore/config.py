@@ -64,6 +64,7 @@ class RunConfig:
     train: dict = field(default_factory=dict)
     source: str = "<config>"
     name: str = ""  # the file's top-level ``name``; empty: the file's own name stands for it (``label``)
+    description: str = ""
 
     @property
     def label(self) -> str:
@@ -130,6 +131,12 @@ def _no_constant(name: str):
     raise ConfigError(f"{name} is not a number a config may hold")
 
 
+def network_name(text: str) -> str:
+    """A name a config accepts, made from any text (a file's name when the app saves one): its printable
+    characters, at most NAME_CHARS of them."""
+    return "".join(c for c in text if c.isprintable()).strip()[:NAME_CHARS]
+
+
 def load_config(path) -> RunConfig:
     """Read a run config; a bare name like ``cnn`` means ``assets/configs/cnn.toml``."""
     p = Path(path)
@@ -175,9 +182,10 @@ def load_config(path) -> RunConfig:
         if not isinstance(value, str) or (key == "name" and len(value) > NAME_CHARS) \
                 or not all(c.isprintable() for c in value):
             limit = f" of at most {NAME_CHARS} characters" if key == "name" else ""
-            raise ConfigError(f"{p}: {key} = {value!r:.40} must be one line of text{limit}", field=key)
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:36] + "…" + repr(value)[-1]
+            raise ConfigError(f"{p}: {key} = {shown} must be one line of text{limit}", field=key)
     return RunConfig(doc["model"], doc.get("data", {}), doc.get("train", {}), source=str(p),
-                     name=doc.get("name", "").strip())
+                     name=doc.get("name", "").strip(), description=doc.get("description", "").strip())
 
 
 def fit_model(model: dict, info) -> tuple[dict, list, object]:

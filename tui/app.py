@@ -17,7 +17,7 @@ from textual.widgets import Button, Header, Input, Select, TabbedContent, TabPan
 
 from nncore import paths
 from tui import compat  # noqa: F401 (fixes to Textual, before anything is built)
-from nncore.config import RunConfig, check_run, load_config, preset_configs
+from nncore.config import RunConfig, check_run, load_config, network_name, preset_configs
 from nncore.errors import ConfigError, DataError, LayerlabError
 from nncore.fileio import write_atomic
 from nncore.report import batch_note
@@ -170,7 +170,7 @@ class LayerlabApp(GuardedApp):
                 self.notify(f"not opened: {err}", severity="error", timeout=20, markup=False)
                 return False
             self.notify(f"opened; it cannot train yet: {err}", severity="warning", timeout=12, markup=False)
-        self.draft = Draft.from_model(cfg.model, cfg.label)
+        self.draft = Draft.from_model(cfg.model, cfg.label, cfg.description)
         self.query_one(ModelPane).load_draft(self.draft, self.draft.name if self.draft.name in preset_configs()
                                              else None)
         self.query_one(SettingsPane).load({**cfg.data, "dataset": cfg.dataset_name()}, cfg.train)
@@ -237,7 +237,7 @@ class LayerlabApp(GuardedApp):
         def save(path: Path) -> None:
             # The file's name becomes the network's (its ``name`` line, the header, the runs it records), as
             # `layerlab train` then calls it.
-            before, self.draft.name = self.draft.name, path.stem
+            before, self.draft.name = self.draft.name, network_name(path.stem)
             if not self._write(path, self.draft.to_toml(data, train), "config"):
                 self.draft.name = before
             self._show_title()

@@ -123,14 +123,15 @@ class Draft:
     input: list | None = None
     loss: str = "bce"
     name: str = "untitled"
+    description: str = ""  # the config's one-line description, written back when saved
 
     @classmethod
-    def from_model(cls, model: dict, name: str) -> "Draft":
+    def from_model(cls, model: dict, name: str, description: str = "") -> "Draft":
         """A draft of a checked model spec (nncore.config.check_run accepted it)."""
         loss = canonical(model["loss"]) if model.get("loss") is not None else "cross_entropy"
         inp = model.get("input")
         layers = [{**copy.deepcopy(raw), "type": LAYER_TYPES[raw["type"].lower()].kind} for raw in model["layers"]]
-        return cls(layers, [inp] if isinstance(inp, int) else (list(inp) if inp else None), loss, name)
+        return cls(layers, [inp] if isinstance(inp, int) else (list(inp) if inp else None), loss, name, description)
 
     def spec(self, data=None) -> dict:
         """The model spec; with ``data`` (a DatasetInfo) an empty input is the dataset's."""
@@ -191,7 +192,10 @@ class Draft:
                 return "[" + ", ".join(val(x) for x in v) + "]"
             return json.dumps(v)
 
-        lines = [f"name = {json.dumps(self.name)}", "", "[model]"]
+        lines = [f"name = {json.dumps(self.name)}"]
+        if self.description:
+            lines.append(f"description = {json.dumps(self.description)}")
+        lines += ["", "[model]"]
         if self.input is not None:
             lines.append(f"input = {val(self.input)}")
         lines += [f"loss = {json.dumps(self.loss)}", "layers = ["]

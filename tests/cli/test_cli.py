@@ -83,7 +83,7 @@ MLP = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_featu
     (MLP, ["--limit", "0"], "--limit: data.limit = 0 must be a positive integer"),  # the flag, not the file
     ("name = 3\n" + MLP, [], "c.toml: name = 3 must be one line of text of at most 64 characters"),
     ('name = "two\\nlines"\n' + MLP, [], "c.toml: name = 'two\\nlines' must be one line of text"),
-    ('name = "' + 'x' * 65 + '"\n' + MLP, [], "must be one line of text of at most 64 characters"),
+    ('name = "' + 'x' * 65 + '"\n' + MLP, [], "name = '" + "x" * 35 + "…' must be one line of text of at most 64"),
     ("description = [1]\n" + MLP, [], "c.toml: description = [1] must be one line of text"),
     (MLP, ["--save-weights", "/nonexistent/dir/w.npz"], "its directory does not exist"),
 ])

@@ -386,8 +386,16 @@ async def test_open_and_save_prompts_answer_bad_paths_in_place(fixed_env, tmp_pa
         assert not isinstance(app.screen, PathScreen)
         # Saved under a name of its own, the network takes it: in the file (what `layerlab train` records its
         # runs under) and in the header.
-        assert load_config(tmp_path / "mine.toml").label == "mine" and app.draft.name == "mine"
-        assert app.sub_title == "mine"
+        saved = load_config(tmp_path / "mine.toml")
+        assert saved.label == "mine" and app.draft.name == "mine" and app.sub_title == "mine"
+        assert saved.description == load_config("quadrant").description != ""  # kept, not dropped
+        # A file name no config name could be (too long, a tab in it): the network's name is what of it fits.
+        long_name = "z" * 70 + "\tq"
+        await pilot.press("ctrl+s")
+        app.screen.query_one("#path-input", Input).value = str(tmp_path / f"{long_name}.toml")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: (tmp_path / f"{long_name}.toml").exists())
+        assert load_config(tmp_path / f"{long_name}.toml").label == "z" * 64 == app.draft.name
         assert (tmp_path / "mine.toml").stat().st_mode & 0o777 == 0o666 & ~_umask()
         # Saving over it asks first; no keeps the file as it was.
         (tmp_path / "mine.toml").write_text("kept")
