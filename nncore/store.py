@@ -349,6 +349,14 @@ class Store:
                          self._query("SELECT data FROM points WHERE run_id = ? ORDER BY seq", (run_id,))]
         return out
 
+    def data_version(self) -> int | None:
+        """A number that changes whenever another connection (another process: `layerlab train` elsewhere, the
+        app's training process) has committed to the store; None where it cannot be read."""
+        try:
+            return self._query("PRAGMA data_version")[0][0]
+        except (StoreError, IndexError):
+            return None
+
     def _query(self, sql: str, args=()) -> list[sqlite3.Row]:
         self.db.row_factory = sqlite3.Row
         try:

@@ -42,6 +42,7 @@ DEFAULT_CONFIG = "quadrant"
 HOME = {"model": "#layers", "settings": "#dataset", "train": "#start", "runs": "#runs-table",
         "analysis": "#sweep-run"}  # where focus goes when a view is shown
 RUN_ACTIONS = ("start", "pause", "step", "stop")
+STORE_WATCH_S = 2.0  # how often the shown Runs view checks the run store for runs recorded elsewhere
 
 
 def _about_data(err) -> bool:
@@ -116,6 +117,7 @@ class LayerlabApp(GuardedApp):
         self.query_one("#layers").focus()
         self._show_runs()  # the runs of earlier sessions and of the command line
         self.set_interval(0.05, self._poll)
+        self.set_interval(STORE_WATCH_S, self._watch_store)
         self._update_controls()
 
     @property
@@ -517,7 +519,16 @@ class LayerlabApp(GuardedApp):
         self.retiring = keep
 
     def _show_runs(self) -> None:
+        self._store_version = self.store.data_version() if self.store is not None else None
         self.query_one(RunsPane).load(self.store, self.store_note)
+
+    def _watch_store(self) -> None:
+        """While the Runs view is shown, runs that another process records (a `layerlab train` in another
+        terminal) appear in it within a few seconds: the store is read again when it has changed."""
+        if self.store is None or self.query_one(TabbedContent).active != "runs":
+            return
+        if self.store.data_version() != self._store_version:
+            self._show_runs()
 
     def action_toggle_mark(self) -> None:
         self.query_one(RunsPane).toggle_mark()

@@ -257,6 +257,36 @@ async def test_the_runs_view_shows_runs_recorded_elsewhere_when_it_is_shown(fixe
         await wait_for(pilot, lambda: "quadrant-elsewhere" in [r["network"] for r in _rows(app)])
 
 
+async def test_the_runs_view_follows_the_store_while_it_is_shown(fixed_env):
+    """Runs recorded by another process appear while the view stays open (they needed another view and back);
+    an empty store says so where the curves go."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("4")
+        await pilot.pause()
+        assert "no runs yet" in str(app.query_one("#runs-loss", Chart).render())
+        other = Store(app.store.path)  # another connection to the same file, as another process has
+        other.add_finished("sweep", "from-elsewhere", {"model": {}, "sweep": {}}, [], {}, arch="cpu-serial")
+        await wait_for(pilot, lambda: "from-elsewhere" in [r["network"] for r in _rows(app)], 20)
+
+
+async def test_a_run_refused_before_its_first_epoch_says_why_in_the_runs_view(fixed_env):
+    """The app records every attempt, a refused one too; its curves' place said "no curves yet", as if it were
+    still to come, where `layerlab runs show` gave the reason."""
+    from nncore.events import RunFailed
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        cfg = app._run_config()
+        record(app.store, [RunFailed("train.epochs 2147483647 x 50 steps per epoch is beyond the kernels' "
+                                     "32-bit index range", 2).to_dict()], cfg)
+        await pilot.press("4")
+        await wait_for(pilot, lambda: len(_rows(app)) == 1)
+        await pilot.pause()
+        shown = " ".join(str(app.query_one("#runs-loss", Chart).render()).split())
+        assert "failed before its first epoch: train.epochs 2147483647" in shown, shown
+
+
 async def test_a_sweep_row_leaves_the_status_column_readable_at_80_columns(fixed_env):
     """A sweep's archs (cpu-serial,cpu-parallel) are shown as serial+parallel: whole, they widened the arch column
     until the status column showed only "st"/"fi" at 80x24."""

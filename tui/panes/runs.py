@@ -287,7 +287,7 @@ class RunsPane(Guarded, Vertical):
         if not chosen:
             what = self.chosen()
             loss.clear(f"run #{what[0]['id']} is a {what[0]['kind']}: its points are in `layerlab runs show "
-                       f"{what[0]['id']}`" if what else NO_CURVES)
+                       f"{what[0]['id']}`" if what else NO_CURVES if self.rows else "no runs yet")
             acc.clear()
             return
         try:
@@ -299,7 +299,10 @@ class RunsPane(Guarded, Vertical):
         single = len(runs) == 1
         curves = [Curves.from_run(r, f"#{r['id']}" if not single else None) for r in runs if r is not None]
         if not any(c.steps or c.epochs for c in curves):
-            loss.clear(f"run #{chosen[0]['id']}: no curves yet (steps are recorded with each finished epoch)")
+            ended = runs[0] if single and runs[0] is not None and runs[0].get("error") else None
+            # A run that ended before its first epoch (refused, failed, stopped early): why, not "yet".
+            loss.clear(f"run #{ended['id']} {ended['status']} before its first epoch: {ended['error']}" if ended else
+                       f"run #{chosen[0]['id']}: no curves yet (steps are recorded with each finished epoch)")
             acc.clear()
             return
         loss.show(curves, now=True)
