@@ -15,7 +15,7 @@ def _ints(text: str, name: str) -> list[int]:
     vals = [ascii_int(v, f"--{name} entry", minimum=1) for v in text.split(",") if v.strip()]
     if not vals:
         raise ConfigError(f"--{name} {text!r} needs at least one whole number from 1 up")
-    return vals
+    return list(dict.fromkeys(vals))  # (each once: a batch given twice was measured twice)
 
 
 def _modes(args) -> tuple[str, ...]:

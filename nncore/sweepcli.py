@@ -12,11 +12,16 @@ from .errors import ConfigError, LayerlabError
 from .network import check_spec
 
 
-def _archs(text: str) -> list[str]:
+def _archs(text: str, unique: bool = True) -> list[str]:
+    """The backends of --archs, each once where ``unique`` (a sweep: a backend twice was measured twice and
+    given a speedup over itself); lockstep may pair a backend with itself."""
     archs = [a.strip() for a in text.split(",") if a.strip()]
     bad = [a for a in archs if a not in runtime.ARCHS]
-    if bad or not archs:
-        raise ConfigError(f"--archs: unknown arch {bad[0] if bad else '(none)'!r}; choose from {', '.join(runtime.ARCHS)}")
+    if not archs:
+        raise ConfigError(f"--archs: give one or more of {', '.join(runtime.ARCHS)}")
+    if bad:
+        raise ConfigError(f"--archs: unknown arch {bad[0]!r}; choose from {', '.join(runtime.ARCHS)}")
+    archs = list(dict.fromkeys(archs)) if unique else archs
     for a in archs:
         runtime.require_available(a)
     return archs
@@ -76,7 +81,7 @@ def run_sweep_cli(args) -> int:
 def run_lockstep(args) -> int:
     try:
         cfg = load_config(args.config)
-        archs = _archs(args.archs)
+        archs = _archs(args.archs, unique=False)
         if len(archs) != 2:
             raise ConfigError(f"--archs {args.archs!r}: give exactly two archs")
         if args.steps < 1 or args.batch_size < 1:

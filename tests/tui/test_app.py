@@ -284,7 +284,24 @@ async def test_sweep_arguments_are_checked(fixed_env):
         await pilot.pause()
         await pilot.press("w")
         assert app.sweeper is None and app.query_one("#sweep-batch", Input).has_class("error")
+        app.query_one("#sweep-archs", Input).value = "cpu-serial"  # (the status shows the first field's error)
+        for text, needle in (("５", "batch '５' must be a whole number written in digits 0-9"),
+                             (" , ", "batch: give one or more whole numbers from 1 up")):
+            app.query_one("#sweep-batch", Input).value = text
+            await pilot.pause()
+            await pilot.press("w")
+            assert app.sweeper is None and needle in str(app.query_one("#sweep-status").render())
+        app.query_one("#sweep-archs", Input).value = ","
         app.query_one("#sweep-batch", Input).value = "64"
+        await pilot.pause()
+        await pilot.press("w")
+        assert "archs: give one or more of cpu-serial" in str(app.query_one("#sweep-status").render())
+        pane = app.query_one("#analysis-pane")
+        app.query_one("#sweep-archs", Input).value = "cpu-serial, cpu-serial,cpu-parallel"
+        app.query_one("#sweep-batch", Input).value = "64,32,64"
+        job = pane.job()  # each backend and batch once, in the order given
+        assert job["archs"] == ["cpu-serial", "cpu-parallel"] and job["batches"] == [64, 32]
+        app.query_one("#sweep-archs", Input).value = "cuda"
         app.query_one("#sweep-archs", Input).focus()
         await pilot.press("enter")  # enter in a field runs the sweep too
         assert app.sweeper is None and "cuda is unavailable" in str(app.query_one("#sweep-status").render())

@@ -8,6 +8,7 @@ from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 
 from nncore.charts import draw_parts, draw_speedup, draw_throughput
 from nncore.errors import ConfigError
+from nncore.limits import ascii_int
 from nncore.runtime import ARCHS, cpu_count
 from tui.guard import Guarded
 from tui.keys import ANALYSIS_KEYS, bindings
@@ -16,13 +17,14 @@ from tui.widgets.scroll import CellScroll
 
 
 def _ints(text: str, name: str) -> list[int]:
+    """Comma-separated whole numbers from 1 up, as the CLI takes them (ASCII digits, 32 bits), each once."""
+    parts = [v for v in text.replace(" ", "").split(",") if v]
+    if not parts:
+        raise ConfigError(f"{name}: give one or more whole numbers from 1 up", field=f"sweep-{name}")
     try:
-        vals = [int(v) for v in text.replace(" ", "").split(",") if v]
-    except ValueError:
-        raise ConfigError(f"{name} {text!r} must be comma-separated integers", field=f"sweep-{name}") from None
-    if not vals or min(vals) < 1:
-        raise ConfigError(f"{name} {text!r} must be positive integers", field=f"sweep-{name}")
-    return vals
+        return list(dict.fromkeys(ascii_int(v, name, minimum=1) for v in parts))
+    except ConfigError as err:
+        raise ConfigError(str(err), field=f"sweep-{name}") from None
 
 
 # The table's short headers, spelled out: "K-F" keeps the table within 80 columns.
@@ -102,11 +104,14 @@ class AnalysisPane(Guarded, Vertical):
             self.query_one(which).display = False
 
     def _archs(self) -> list[str]:
-        archs = [a.strip() for a in self.query_one("#sweep-archs", Input).value.split(",") if a.strip()]
+        # (each backend once: one given twice was measured twice, with a speedup over itself)
+        archs = list(dict.fromkeys(a.strip() for a in self.query_one("#sweep-archs", Input).value.split(",")
+                                   if a.strip()))
         bad = [a for a in archs if a not in ARCHS]
-        if bad or not archs:
-            raise ConfigError(f"archs: {bad[0] if bad else '(none)'!r} is not one of {', '.join(ARCHS)}",
-                              field="sweep-archs")
+        if not archs:
+            raise ConfigError(f"archs: give one or more of {', '.join(ARCHS)}", field="sweep-archs")
+        if bad:
+            raise ConfigError(f"archs: {bad[0]!r} is not one of {', '.join(ARCHS)}", field="sweep-archs")
         status = getattr(self.app, "archs", {})  # the backends found at start: an unavailable one cannot sweep
         for a in archs:
             if a in status and not status[a].available:
