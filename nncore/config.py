@@ -139,6 +139,9 @@ def network_name(text: str) -> str:
 
 def load_config(path) -> RunConfig:
     """Read a run config; a bare name like ``cnn`` means ``assets/configs/cnn.toml``."""
+    if not str(path).strip():  # (Path("") is ".", the current directory)
+        names = ", ".join(sorted(c.stem for c in CONFIG_DIR.glob("*.toml")))
+        raise ConfigError(f"the config's name is empty: give a config file or a preset ({names})")
     p = Path(path)
     if not p.exists() and not p.suffix and (CONFIG_DIR / f"{p}.toml").exists():
         p = CONFIG_DIR / f"{p}.toml"

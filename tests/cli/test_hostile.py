@@ -295,6 +295,8 @@ def test_bench_and_sweep_outputs_are_checked_before_the_work(args, needle):
     (["train", "quadrant", "--checkpoint", "c.npz", "--checkpoint-every", "²"], "--checkpoint-every: '²'"),
     (["train", "quadrant", "--epochs", "５"], "--epochs: '５' must be a whole number written in digits 0-9"),
     (["train", "quadrant", "--lr", "inf"], "--lr: 'inf' must be a finite number"),
+    (["train", ""], "the config's name is empty: give a config file or a preset (cnn, "),  # was ".: is a directory"
+    (["train", "  "], "the config's name is empty"),
     # Past 32 bits: said as such, not as a range "[0, ...]" that 0 itself then falls out of.
     (["train", "quadrant", "--epochs", "99999999999"], "--epochs: 99999999999 is too large (beyond 2147483647)"),
     (["train", "quadrant", "--seed", "-99999999999"], "--seed: -99999999999 is too small (beyond -2147483647)"),
