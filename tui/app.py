@@ -486,18 +486,19 @@ class LayerlabApp(GuardedApp):
                 pane.progress(msg["i"], msg["n"], msg["what"])
             elif msg["event"] == "sweep_done":
                 pane.show(msg["points"], msg["amdahl"])
-                pane.progress(1, 1, f"done: {len(msg['points'])} points")
+                n = len(msg["points"])
+                pane.progress(n, n, f"done: {n} points", count=False)
                 if self.child_store is None:
                     self._record_sweep(msg)
                 self._show_runs()
             elif msg["event"] == "store_warning":
                 self.notify(msg["message"], severity="warning", timeout=12, markup=False)
             elif msg["event"] == "sweep_failed":
-                pane.progress(0, 1, f"✗ sweep failed: {msg['error']}")
+                pane.progress(0, 1, f"✗ sweep failed: {msg['error']}", count=False)
                 self.notify(f"sweep failed: {msg['error']}", severity="error", timeout=10, markup=False)
         if self.sweeper.finished or self.sweeper.died:
             if self.sweeper.died:
-                pane.progress(0, 1, f"✗ the sweep process died (exit code {self.sweeper.exitcode()})")
+                pane.progress(0, 1, f"✗ the sweep process died (exit code {self.sweeper.exitcode()})", count=False)
             self.retiring.append((self.sweeper, time.monotonic() + 5.0))
             self.sweeper = None
 

@@ -260,6 +260,7 @@ async def test_a_real_sweep_in_the_analysis_view(fixed_env):
         assert [r[0] for r in rows] == ["cpu-serial", "cpu-parallel"] and rows[0][7] == "1.00"
         assert [p["arch"] for p in pane.points] == ["cpu-serial", "cpu-parallel"]
         assert "Amdahl, from the cpu-serial profile" in str(app.query_one("#sweep-amdahl").render())
+        assert str(app.query_one("#sweep-status").render()) == "done: 2 points"  # (it said "1/1 done: 2 points")
         await pilot.pause()
         # The charts hold the sweep's points: samples/s against batch per arch, and each part's ms.
         series = app.query_one("#sweep-throughput", Chart).series

@@ -139,10 +139,11 @@ class AnalysisPane(Guarded, Vertical):
                 "filters": self._filters(), "threads": [cpu_count()],
                 "steps": _ints(self.query_one("#sweep-steps", Input).value, "steps")[0], "repeats": 3, "warmup": 2}
 
-    def progress(self, i: int, n: int | None, what: str) -> None:
-        """``n`` None: the sweep's size is not known yet (the bar pulses)."""
+    def progress(self, i: int, n: int | None, what: str, count: bool = True) -> None:
+        """``n`` None: the sweep's size is not known yet (the bar pulses). ``count``: "i/n" before ``what`` (not
+        for the end of a sweep, which says so itself)."""
         self.query_one("#sweep-progress", ProgressBar).update(total=n, progress=i)
-        self.query_one("#sweep-status", Static).update(what if n is None else f"{i}/{n} {what}")
+        self.query_one("#sweep-status", Static).update(what if n is None or not count else f"{i}/{n} {what}")
 
     def refuse(self, err: ConfigError) -> None:
         """A sweep that cannot run: the field at fault marked (with any other bad one), the reason beside the bar."""
