@@ -309,14 +309,12 @@ def _config(args):
 
 
 def _note_threads(threads, arch) -> None:
-    """Say once (stderr) when more threads are asked for than this process has cores: allowed (a sweep over thread
-    counts may want it), but they then share the cores and a run is slower, not faster."""
-    from nncore.runtime import cpu_count
+    """Say once (stderr) when more threads are asked for than this process has cores (``report.threads_note``)."""
+    from nncore.report import threads_note
 
-    cores = cpu_count()
-    if isinstance(threads, int) and threads > cores and arch in (None, "cpu-parallel"):  # (cpu-serial refuses it)
-        print(f"layerlab: note: {threads} threads on the {cores} core{'s' * (cores != 1)} this process may use: "
-              "they will share them (slower, not faster)", file=sys.stderr)
+    note = threads_note(threads, arch)
+    if note:
+        print(f"layerlab: note: {note}", file=sys.stderr)
 
 
 def _data_progress() -> None:

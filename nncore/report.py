@@ -56,6 +56,18 @@ def batch_note(config: dict, train_samples: int) -> str | None:
     return None
 
 
+def threads_note(threads, arch: str | None) -> str | None:
+    """What to tell a user who asked for more threads than this process has cores: allowed (a sweep over thread
+    counts may want it), but they then share the cores and a run is slower, not faster."""
+    from .runtime import cpu_count
+
+    cores = cpu_count()
+    if isinstance(threads, int) and threads > cores and arch in (None, "cpu-parallel"):  # (cpu-serial refuses it)
+        return (f"{threads} threads on the {cores} core{'s' * (cores != 1)} this process may use: they will share "
+                "them (slower, not faster)")
+    return None
+
+
 class TextReporter:
     def __init__(self, out: TextIO = sys.stdout, quiet: bool = False, progress: bool | None = None):
         self.out, self.quiet = out, quiet

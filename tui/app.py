@@ -20,7 +20,7 @@ from tui import compat  # noqa: F401 (fixes to Textual, before anything is built
 from nncore.config import RunConfig, check_run, load_config, network_name, preset_configs
 from nncore.errors import ConfigError, DataError, LayerlabError
 from nncore.fileio import write_atomic
-from nncore.report import batch_note
+from nncore.report import batch_note, threads_note
 from nncore.runscli import export_text
 from nncore.runtime import available_archs
 from nncore.store import MEMORY, Recorder, Store, StoreError, failure_status
@@ -390,9 +390,9 @@ class LayerlabApp(GuardedApp):
             run.arch, run.threads = msg["arch"], msg["threads"]
             pane.set_steps_per_epoch(msg["steps_per_epoch"])
             pane.query_one("#progress").update(total=self.steps_total, progress=0)
-            note = batch_note(msg["config"], msg["train_samples"])
-            if note:
-                self.notify(note, severity="warning", timeout=12, markup=False)
+            for note in (batch_note(msg["config"], msg["train_samples"]), threads_note(msg["threads"], msg["arch"])):
+                if note:
+                    self.notify(note, severity="warning", timeout=12, markup=False)
             self._show_runs()
             self._update_controls()
         elif kind == "step":

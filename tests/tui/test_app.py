@@ -1036,7 +1036,8 @@ async def test_the_finished_notice_leaves_the_tabs_whole_at_80_columns(fixed_env
         assert str(app.query_one("#run-state").render()) == "finished: test acc 0.9700"
 
 
-async def test_a_batch_larger_than_the_training_set_is_pointed_out(fixed_env, fake_runs, monkeypatch):
+async def test_a_batch_larger_than_the_training_set_or_threads_past_the_cores_are_pointed_out(fixed_env, fake_runs,
+                                                                                             monkeypatch):
     """A batch size beyond the training set trains one step an epoch on all of it: allowed, but the app says so
     when the run starts (a typo in the batch field would otherwise pass unseen); a usual batch gets no notice."""
     from tests.tui.conftest import FakeHandle
@@ -1054,3 +1055,12 @@ async def test_a_batch_larger_than_the_training_set_is_pointed_out(fixed_env, fa
             await pilot.pause()
             said = [n.message for n in list(app._notifications)[before:]]
             assert any("batch_size 5,000 exceeds the 320 training samples" in m for m in said) == noticed, said
+        # More threads than cores: said as the CLI says it (they share the cores: slower, not faster).
+        from nncore.runtime import cpu_count
+
+        for threads, noticed in ((cpu_count(), False), (cpu_count() + 3, True)):
+            before = len(app._notifications)
+            app._run_message({**started, "config": fake_runs[-1], "arch": "cpu-parallel", "threads": threads})
+            await pilot.pause()
+            said = [n.message for n in list(app._notifications)[before:]]
+            assert any(f"{threads} threads on the {cpu_count()} core" in m for m in said) == noticed, said
