@@ -76,6 +76,10 @@ RUNS_KEYS = [
         "(asks first)", show=False, where="Runs"),
     Key("e", None, "app.export", "Export", "export the marked runs (or all) as CSV or JSON (asks where)",
         show=False, where="Runs"),
+    # (a row table: DataTable's own home and end scroll sideways, which moved nothing here)
+    Key("home", None, "scroll_top", "Newest", "select the newest run (the first row)", show=False, where="Runs"),
+    Key("end", None, "scroll_bottom", "Oldest", "select the last run listed (the next runs load from there)",
+        show=False, where="Runs"),
 ]
 ANALYSIS_KEYS = [
     Key("w", None, "app.sweep", "Sweep", "run a scaling sweep of the network in the editor (enter in a field does "
@@ -95,7 +99,7 @@ def show_key(key: str | None) -> str:
     if not key:
         return ""
     names = {"question_mark": "?", "escape": "Escape", "space": "space", "enter": "Enter", "shift+up": "shift+↑",
-             "shift+down": "shift+↓"}
+             "shift+down": "shift+↓", "home": "Home", "end": "End"}
     if key in names:
         return names[key]
     return key.upper() if key[0] == "f" and key[1:].isdigit() else key

@@ -270,6 +270,22 @@ async def test_the_runs_view_follows_the_store_while_it_is_shown(fixed_env):
         await wait_for(pilot, lambda: "from-elsewhere" in [r["network"] for r in _rows(app)], 20)
 
 
+async def test_home_and_end_go_to_the_first_and_last_run(fixed_env):
+    """Home and End moved nothing in the runs table (DataTable's own scroll sideways)."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        cfg = app._run_config()
+        for _ in range(4):
+            record(app.store, scripted_run(epochs=1), cfg)
+        await pilot.press("4")
+        await wait_for(pilot, lambda: len(_rows(app)) == 4)
+        table = app.query_one("#runs-table", DataTable)
+        await pilot.press("end")
+        await wait_for(pilot, lambda: table.cursor_row == 3)
+        await pilot.press("home")
+        await wait_for(pilot, lambda: table.cursor_row == 0)
+
+
 async def test_a_run_refused_before_its_first_epoch_says_why_in_the_runs_view(fixed_env):
     """The app records every attempt, a refused one too; its curves' place said "no curves yet", as if it were
     still to come, where `layerlab runs show` gave the reason."""
