@@ -51,7 +51,7 @@ class Dataset:
         if n is None:
             return self
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"limit {n!r} must be a positive integer")
+            raise ConfigError(f"data.limit = {n!r} must be a positive integer", field="data.limit")
         return replace(self, x_train=self.x_train[:n], y_train=self.y_train[:n], x_test=self.x_test[:n],
                        y_test=self.y_test[:n])
 
@@ -60,10 +60,10 @@ class Dataset:
         if not fraction:
             return self
         if not 0 < fraction < 1:
-            raise ConfigError(f"val_ratio {fraction!r} must be in [0, 1)")
+            raise ConfigError(f"data.val_ratio = {fraction!r} must be in [0, 1)", field="data.val_ratio")
         n_val = int(round(len(self.x_train) * fraction))
         if n_val < 1 or n_val >= len(self.x_train):
-            raise ConfigError(f"val_ratio {fraction} leaves no training or no validation samples")
+            raise ConfigError(f"data.val_ratio = {fraction} leaves no training or no validation samples", field="data.val_ratio")
         order = np.random.default_rng(seed).permutation(len(self.x_train))
         val, train = order[:n_val], order[n_val:]
         return replace(self, x_train=self.x_train[train], y_train=self.y_train[train],
@@ -109,14 +109,15 @@ SYNTHETIC_BYTES = 128  # host bytes per sample while a synthetic set is generate
 
 def _check_synthetic(samples, noise, test_ratio) -> None:
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 4:
-        raise ConfigError(f"samples {samples!r} must be an integer >= 4", field="data.samples")
+        raise ConfigError(f"data.samples = {samples!r} must be a whole number of at least 4 (training and test points)",
+                          field="data.samples")
     if samples > INT32_MAX:
-        raise ConfigError(f"samples {samples:,} is beyond the kernels' 32-bit index range", field="data.samples")
+        raise ConfigError(f"data.samples = {samples:,} is beyond the kernels' 32-bit index range", field="data.samples")
     check_host_memory(SYNTHETIC_BYTES * samples, f"samples = {samples:,}", field="data.samples")
     if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= 1:
-        raise ConfigError(f"noise {noise!r} must be in [0, 1]", field="data.noise")
+        raise ConfigError(f"data.noise = {noise!r} must be in [0, 1]", field="data.noise")
     if isinstance(test_ratio, bool) or not isinstance(test_ratio, (int, float)) or not 0 < test_ratio < 1:
-        raise ConfigError(f"test_ratio {test_ratio!r} must be in (0, 1)", field="data.test_ratio")
+        raise ConfigError(f"data.test_ratio = {test_ratio!r} must be in (0, 1)", field="data.test_ratio")
 
 
 def synthetic(name: str, samples: int = 1000, noise: float = 0.0, test_ratio: float = 0.2,

@@ -132,10 +132,10 @@ def test_validation_split_and_limit():
 
 
 @pytest.mark.parametrize("kwargs,needle", [({"name": "mnist2"}, "dataset 'mnist2' is unknown"),
-                                           ({"name": "xor", "samples": 2}, "samples 2"),
-                                           ({"name": "xor", "noise": 2.0}, "noise 2.0"),
-                                           ({"name": "xor", "val_ratio": 1.5}, "val_ratio 1.5"),
-                                           ({"name": "xor", "limit": 0}, "limit 0")])
+                                           ({"name": "xor", "samples": 2}, "data.samples = 2 must be a whole"),
+                                           ({"name": "xor", "noise": 2.0}, r"data.noise = 2.0 must be in \[0, 1\]"),
+                                           ({"name": "xor", "val_ratio": 1.5}, "data.val_ratio = 1.5"),
+                                           ({"name": "xor", "limit": 0}, "data.limit = 0")])
 def test_bad_dataset_arguments(kwargs, needle):
     with pytest.raises(ConfigError, match=needle):
         data.load(**kwargs)
