@@ -31,3 +31,15 @@ def test_a_sweeps_archs_are_shown_whole_in_runs_list(tmp_path):
     assert sweep[at:].startswith("serial+parallel ") and bench[at:].startswith("cpu-serial ")
     thr = header.index("thr") + len("thr")
     assert sweep[thr - 1] == "2" and bench[thr - 1] == "1"  # the columns after it stay in line
+
+
+def test_a_long_network_name_is_cut_with_an_ellipsis_in_runs_list_and_compare(tmp_path):
+    """Cut to the column silently, "two-input probe" read as "two-input prob"."""
+    path = tmp_path / "runs.sqlite"
+    store = Store(path)
+    for name in ("two-input probe", "fourteen-chars"):
+        store.add_finished("bench", name, {"model": {}}, [], {}, arch="cpu-serial", threads=1)
+    listed = layerlab("runs", "--store", path, "list").stdout
+    assert " two-input pro… " in listed and " fourteen-chars " in listed, listed
+    compared = layerlab("runs", "--store", path, "compare", "1", "2").stdout
+    assert " two-input pro… " in compared, compared
