@@ -45,6 +45,11 @@ RUN_ACTIONS = ("start", "pause", "step", "stop")
 STORE_WATCH_S = 2.0  # how often the shown Runs view checks the run store for runs recorded elsewhere
 
 
+def _short(name: str, width: int = 20) -> str:
+    """A network's name where it precedes a status line (at 80 columns a 64-character one wrapped it)."""
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
 def _about_data(err) -> bool:
     """Whether a config's check failed on its data (the file, or the network's fit to it), not on itself."""
     return isinstance(err, DataError) or (getattr(err, "field", None) or "").startswith("data.") or \
@@ -426,8 +431,8 @@ class LayerlabApp(GuardedApp):
         if self.current is not None:
             self.current.status = status
             if self.current.network != self.draft.name:  # another network was opened meanwhile (or a rerun
-                text = f"{self.current.network} {text}"  # trained another one): the results left say whose
-                notice = f"{self.current.network} {notice}"
+                whose = _short(self.current.network)  # trained another one): the results left say whose
+                text, notice = f"{whose} {text}", f"{whose} {notice}"
         if status == "died":
             self._store_died(text)
         if self.handle is not None:

@@ -885,6 +885,25 @@ async def test_opening_another_network_during_a_run_keeps_the_runs_view(fixed_en
         assert str(app.query_one("#run-state").render()) == "quadrant finished: test acc 0.9700"
 
 
+async def test_a_long_network_name_before_a_runs_result_is_cut(fixed_env, fake_runs, monkeypatch):
+    """A run's network named at full length (up to 64 characters) before its result wrapped the Train view's
+    status line over four lines at 80 columns."""
+    from tests.tui.conftest import FakeHandle
+
+    monkeypatch.setattr(FakeHandle, "per_poll", 0)  # the test feeds the run's events itself
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.handle is not None)
+        for msg in scripted_run()[:-1]:
+            app._run_message({**msg, "config": fake_runs[-1]} if msg["event"] == "run_started" else msg)
+        app.current.network = "n" * 64
+        assert app.open_config("cnn")
+        app._run_message(scripted_run()[-1])
+        await pilot.pause()
+        assert str(app.query_one("#run-state").render()) == "n" * 19 + "… finished: test acc 0.9700"
+
+
 @pytest.mark.parametrize("typed,reason", [
     ("paste 999999999999", "layer 0 (Linear): out_features 999999999999 must be at most 2147483647"),
     ("0", "layer 0 (Linear): out_features 0 must be >= 1")])
