@@ -893,12 +893,14 @@ async def test_a_long_network_name_before_a_runs_result_is_cut(fixed_env, fake_r
     monkeypatch.setattr(FakeHandle, "per_poll", 0)  # the test feeds the run's events itself
     app = LayerlabApp("quadrant")
     async with app.run_test(size=(80, 24)) as pilot:
+        app.draft.name = "n" * 64  # (as a config's name line may say)
         await pilot.press("s")
         await wait_for(pilot, lambda: app.handle is not None)
         for msg in scripted_run()[:-1]:
             app._run_message({**msg, "config": fake_runs[-1]} if msg["event"] == "run_started" else msg)
-        app.current.network = "n" * 64
+        await pilot.pause()
         assert app.open_config("cnn")
+        await pilot.pause()
         app._run_message(scripted_run()[-1])
         await pilot.pause()
         assert str(app.query_one("#run-state").render()) == "n" * 19 + "… finished: test acc 0.9700"
