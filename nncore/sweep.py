@@ -67,6 +67,12 @@ def count_launches(net, ws, opt) -> int:
     return count[0]
 
 
+def threads_used(points: list[dict]) -> int | None:
+    """The most threads any of a sweep's points ran on (what the run store lists for the sweep); None for none:
+    a sweep of cpu-serial alone ran on one thread whatever the thread counts asked for."""
+    return max((p.get("threads") or 0 for p in points), default=0) or None
+
+
 def run_sweep(model: dict, archs: list[str], batches: list[int], filters: list, threads: list, steps: int,
               repeats: int, warmup: int, progress=None) -> list[analysis.SweepPoint]:
     grid = [(a, t, b, f) for a in archs for t in (threads if a == "cpu-parallel" else [None])

@@ -67,8 +67,9 @@ def run_sweep_cli(args) -> int:
              "amdahl": None if amdahl is None else amdahl.__dict__}
     from .cli import record_points
 
-    record_points(args, "sweep", cfg.label, [p.to_dict() for p in points],
-                  {**extra, "model": cfg.model}, arch=",".join(archs))
+    rows = [p.to_dict() for p in points]
+    record_points(args, "sweep", cfg.label, rows, {**extra, "model": cfg.model}, arch=",".join(archs),
+                  threads=sweep.threads_used(rows))
     try:
         sweep.write_results(points, out, extra)
     except LayerlabError as exc:

@@ -20,7 +20,7 @@ from tui import compat  # noqa: F401 (fixes to Textual, before anything is built
 from nncore.config import RunConfig, check_run, load_config, network_name, preset_configs
 from nncore.errors import ConfigError, DataError, LayerlabError
 from nncore.fileio import write_atomic
-from nncore.report import batch_note, threads_note
+from nncore.report import batch_note, plural, threads_note
 from nncore.runscli import export_text
 from nncore.runtime import available_archs
 from nncore.store import MEMORY, Recorder, Store, StoreError, failure_status
@@ -492,7 +492,7 @@ class LayerlabApp(GuardedApp):
             elif msg["event"] == "sweep_done":
                 pane.show(msg["points"], msg["amdahl"])
                 n = len(msg["points"])
-                pane.progress(n, n, f"done: {n} points", count=False)
+                pane.progress(n, n, f"done: {plural(n, 'point')}", count=False)
                 if self.child_store is None:
                     self._record_sweep(msg)
                 self._show_runs()

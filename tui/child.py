@@ -295,9 +295,11 @@ SWEEP_FIELDS = ("archs", "batches", "filters", "threads", "steps", "repeats", "w
 
 def record_sweep(store, job: dict, points: list[dict], amdahl: dict | None) -> int:
     """An app sweep as one finished run: its network, what was swept, the points and the Amdahl view."""
+    from nncore.sweep import threads_used
+
     return store.add_finished("sweep", str(job.get("name") or "sweep"),
                               {"model": job["model"], "sweep": {k: job[k] for k in SWEEP_FIELDS}}, points,
-                              {"amdahl": amdahl}, arch=",".join(job["archs"]), threads=max(job["threads"]))
+                              {"amdahl": amdahl}, arch=",".join(job["archs"]), threads=threads_used(points))
 
 
 def _record_sweep(job: dict, points: list[dict], amdahl: dict | None, path: str, conn: Connection) -> None:

@@ -309,10 +309,15 @@ def test_sweep_writes_csv_and_json_with_amdahl(tmp_path):
 def test_a_sweep_measures_each_backend_and_batch_once(tmp_path):
     """cpu-serial given twice was measured twice, the second with a "speedup" over the first."""
     proc = layerlab("sweep", "quadrant", "--archs", "cpu-serial,cpu-serial", "--batch", "32,32", "--steps", "2",
-                    "--repeats", "2", "--warmup", "1", "--out", tmp_path / "out", timeout=300)
+                    "--repeats", "2", "--warmup", "1", "--out", tmp_path / "out", "--store", tmp_path / "r.sqlite",
+                    timeout=300)
     assert proc.returncode == 0, proc.stderr
     points = json.loads((tmp_path / "out" / "sweep.json").read_text())["points"]
     assert [(p["arch"], p["batch"]) for p in points] == [("cpu-serial", 32)]
+    from nncore.store import Store
+
+    (run,) = Store(tmp_path / "r.sqlite").runs()
+    assert run["threads"] == 1  # the threads it ran on (it recorded none)
 
 
 @pytest.mark.parametrize("args,needle", [(["--archs", "cpu-serial,gpu"], "unknown arch 'gpu'"),

@@ -117,3 +117,18 @@ def test_a_stop_after_the_run_ended_does_not_lose_its_last_messages():
     while not handle.closed:
         seen += handle.poll()
     assert not handle.died and handle.finished
+
+
+def test_a_sweep_is_recorded_with_the_threads_it_ran_on(tmp_path):
+    """A cpu-serial sweep from the app was recorded with the machine's core count (the thread counts asked for
+    cpu-parallel), where it ran on one thread."""
+    from nncore.store import Store
+    from tui.child import record_sweep
+
+    store = Store(tmp_path / "runs.sqlite")
+    job = {"name": "quadrant", "model": {}, "archs": ["cpu-serial"], "batches": [32], "filters": [None],
+           "threads": [8], "steps": 2, "repeats": 3, "warmup": 2}
+    serial = record_sweep(store, job, [{"arch": "cpu-serial", "threads": 1, "batch": 32}], None)
+    both = record_sweep(store, {**job, "archs": ["cpu-serial", "cpu-parallel"]},
+                        [{"arch": "cpu-serial", "threads": 1}, {"arch": "cpu-parallel", "threads": 8}], None)
+    assert store.run(serial)["threads"] == 1 and store.run(both)["threads"] == 8
