@@ -63,7 +63,8 @@ class Dataset:
             raise ConfigError(f"data.val_ratio = {fraction!r} must be in [0, 1)", field="data.val_ratio")
         n_val = int(round(len(self.x_train) * fraction))
         if n_val < 1 or n_val >= len(self.x_train):
-            raise ConfigError(f"data.val_ratio = {fraction} leaves no training or no validation samples", field="data.val_ratio")
+            raise ConfigError(f"data.val_ratio = {fraction} leaves no training or no validation samples",
+                              field="data.val_ratio")
         order = np.random.default_rng(seed).permutation(len(self.x_train))
         val, train = order[:n_val], order[n_val:]
         return replace(self, x_train=self.x_train[train], y_train=self.y_train[train],

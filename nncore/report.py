@@ -56,6 +56,11 @@ def batch_note(config: dict, train_samples: int) -> str | None:
     return None
 
 
+def cut(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters, an ellipsis where it was cut (names in tables and status lines)."""
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def threads_note(threads, arch: str | None) -> str | None:
     """What to tell a user who asked for more threads than this process has cores: allowed (a sweep over thread
     counts may want it), but they then share the cores and a run is slower, not faster."""

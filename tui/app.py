@@ -20,7 +20,7 @@ from tui import compat  # noqa: F401 (fixes to Textual, before anything is built
 from nncore.config import RunConfig, check_run, load_config, network_name, preset_configs
 from nncore.errors import ConfigError, DataError, LayerlabError
 from nncore.fileio import write_atomic
-from nncore.report import batch_note, plural, threads_note
+from nncore.report import batch_note, cut, plural, threads_note
 from nncore.runscli import export_text
 from nncore.runtime import available_archs
 from nncore.store import MEMORY, Recorder, Store, StoreError, failure_status
@@ -43,11 +43,6 @@ HOME = {"model": "#layers", "settings": "#dataset", "train": "#start", "runs": "
         "analysis": "#sweep-run"}  # where focus goes when a view is shown
 RUN_ACTIONS = ("start", "pause", "step", "stop")
 STORE_WATCH_S = 2.0  # how often the shown Runs view checks the run store for runs recorded elsewhere
-
-
-def _short(name: str, width: int = 20) -> str:
-    """A network's name where it precedes a status line (at 80 columns a 64-character one wrapped it)."""
-    return name if len(name) <= width else name[:width - 1] + "…"
 
 
 def _about_data(err) -> bool:
@@ -431,7 +426,8 @@ class LayerlabApp(GuardedApp):
         if self.current is not None:
             self.current.status = status
             if self.current.network != self.draft.name:  # another network was opened meanwhile (or a rerun
-                whose = _short(self.current.network)  # trained another one): the results left say whose
+                whose = cut(self.current.network, 20)  # trained another one): the results left say whose, in a
+                # short form (at 80 columns a 64-character name wrapped the status line)
                 text, notice = f"{whose} {text}", f"{whose} {notice}"
         if status == "died":
             self._store_died(text)

@@ -187,10 +187,9 @@ def distributed_main(cfg: dict, conn: Connection, store: str | None = None) -> N
     import subprocess
     import tempfile
     import threading
-    import time
 
     _silence_stdio()
-    from nncore.config import NAME_CHARS
+    from nncore.config import network_name
     from nncore.distributed import launch_command
     from nncore.events import RunFailed
 
@@ -207,7 +206,7 @@ def distributed_main(cfg: dict, conn: Connection, store: str | None = None) -> N
             path = os.path.join(tmp, "run.json")
             with open(path, "w", encoding="utf-8") as fh:
                 # (named as in the app: the ranks' run is recorded under the network's name, not "run")
-                json.dump({"name": str(cfg.get("source") or "")[:NAME_CHARS],
+                json.dump({"name": network_name(str(cfg.get("source") or "")),
                            **{k: cfg[k] for k in ("model", "data", "train")}}, fh)
             where = ["--store", store] if store is not None else ["--no-store"]  # rank 0 records
             cmd, env = launch_command(ranks, ["train", path, "--jsonl", "-", "--quiet", *where])

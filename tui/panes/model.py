@@ -18,9 +18,9 @@ from textual.widgets import DataTable, Input, Label, Select, Static
 from nncore.config import preset_configs
 from nncore.errors import ConfigError
 from nncore.losses import LOSSES
+from nncore.report import plural
 from tui.guard import Guarded
 from tui.keys import MODEL_KEYS, bindings
-from nncore.report import plural
 from tui.state import LAYER_KINDS, Draft, Param, format_params, format_value, layer_params, parse_param, \
     parse_shape
 
