@@ -209,7 +209,8 @@ def _store_args(parser) -> None:
 
 def record_points(args, kind: str, name: str, points: list[dict], config: dict, summary: dict | None = None,
                   **info) -> None:
-    """A sweep's or a benchmark's points as one finished run in the store (unless --no-store)."""
+    """A sweep's or a benchmark's points as one ended run in the store (unless --no-store); ``info`` may set its
+    status (a sweep stopped part-way: "stopped")."""
     store = open_store(args)
     if store is None:
         return

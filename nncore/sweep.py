@@ -73,30 +73,55 @@ def threads_used(points: list[dict]) -> int | None:
     return max((p.get("threads") or 0 for p in points), default=0) or None
 
 
+class Stopped(list):
+    """The points a sweep measured before it was stopped (``run_sweep``): a list of them, in the grid's order,
+    with how many the whole sweep had (``of``)."""
+
+    def __init__(self, points, of: int):
+        super().__init__(points)
+        self.of = of
+
+
 def run_sweep(model: dict, archs: list[str], batches: list[int], filters: list, threads: list, steps: int,
-              repeats: int, warmup: int, progress=None) -> list[analysis.SweepPoint]:
+              repeats: int, warmup: int, progress=None, should_stop=None) -> list[analysis.SweepPoint]:
+    """Measure every point of the grid. ``should_stop()`` is asked before each point; where it says yes, or a
+    Ctrl-C (KeyboardInterrupt) comes during a point, the sweep ends there and returns the points measured so far
+    as ``Stopped`` (a point cut short is dropped; a Ctrl-C before any point is measured is raised as it came)."""
     grid = [(a, t, b, f) for a in archs for t in (threads if a == "cpu-parallel" else [None])
             for f in filters for b in batches]
     # Measured point by point with every arch of one (filters, batch) back to back, so that the speedups
     # compare the same minutes of a shared machine; reported in the grid's order.
     order = sorted(range(len(grid)), key=lambda k: (filters.index(grid[k][3]), batches.index(grid[k][2]), k))
     points = [None] * len(grid)
+    stopped = False
     for i, k in enumerate(order):
         arch, thr, batch, filt = grid[k]
-        if progress:
-            progress(i, len(grid), f"{arch}{'' if thr is None else f' x{thr}'} batch {batch}"
-                     + (f" filters {filt}" if filt else ""))
-        res, _ = bench.bench_layerlab("sweep", arch, batch, steps, repeats, warmup, thr,
-                                      model=bench.with_filters(model, filt))
-        from .network import Sequential
-        from .optim import SGD
-        net = Sequential.from_spec(bench.with_filters(model, filt))
-        launches = count_launches(net, net.workspace(batch), SGD(net.n_params, lr=0.01))
-        points[k] = analysis.SweepPoint(res.arch, res.threads or 0, batch, filt, res.samples_per_s,
-                                        res.ms_per_step, res.gflops, res.layers, launches)
+        try:
+            if should_stop is not None and should_stop():
+                stopped = True
+                break
+            if progress:
+                progress(i, len(grid), f"{arch}{'' if thr is None else f' x{thr}'} batch {batch}"
+                         + (f" filters {filt}" if filt else ""))
+            res, _ = bench.bench_layerlab("sweep", arch, batch, steps, repeats, warmup, thr,
+                                          model=bench.with_filters(model, filt))
+            from .network import Sequential
+            from .optim import SGD
+            net = Sequential.from_spec(bench.with_filters(model, filt))
+            launches = count_launches(net, net.workspace(batch), SGD(net.n_params, lr=0.01))
+            points[k] = analysis.SweepPoint(res.arch, res.threads or 0, batch, filt, res.samples_per_s,
+                                            res.ms_per_step, res.gflops, res.layers, launches)
+        except KeyboardInterrupt:
+            if all(p is None for p in points):  # nothing measured yet: nothing to keep
+                raise
+            stopped = True
+            break
+    done = analysis.derive([p for p in points if p is not None])
+    if stopped:
+        return Stopped(done, len(grid))
     if progress:
         progress(len(grid), len(grid), "done")
-    return analysis.derive(points)
+    return done
 
 
 def write_results(points, out_dir: Path, extra: dict) -> None:

@@ -51,9 +51,10 @@ def run_sweep_cli(args) -> int:
         check_output(out / "sweep.json", "--out")
         points = sweep.run_sweep(model, archs, batches, filters, threads, args.steps, args.repeats, args.warmup,
                                  progress=sweep._progress)
+        stopped = isinstance(points, sweep.Stopped)
         amdahl = None
         serial = next((p for p in points if p.arch == "cpu-serial"), None)
-        if serial is not None:
+        if serial is not None and not stopped:  # (interrupted: what was measured is kept, nothing more is run)
             runtime.init("cpu-serial")
             launch_ms = analysis.measure_launch_ms()
             measured = {f"{p.arch} x{p.threads}" if p.arch != "cuda" else "cuda": p.speedup for p in points
@@ -62,20 +63,28 @@ def run_sweep_cli(args) -> int:
     except LayerlabError as exc:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    if stopped:
+        sys.stderr.write("\n")  # (the progress line was left open)
     sweep.report(points, amdahl)
     extra = {"config": str(cfg.source), "args": {k: v for k, v in vars(args).items() if k != "command"},
              "amdahl": None if amdahl is None else amdahl.__dict__}
-    from .cli import record_points
+    if stopped:
+        extra["stopped"] = {"points": len(points), "of": points.of}
+    from .cli import EXIT_INTERRUPTED, record_points
 
     rows = [p.to_dict() for p in points]
     record_points(args, "sweep", cfg.label, rows, {**extra, "model": cfg.model}, arch=",".join(archs),
-                  threads=sweep.threads_used(rows))
+                  threads=sweep.threads_used(rows), status="stopped" if stopped else "finished")
     try:
         sweep.write_results(points, out, extra)
     except LayerlabError as exc:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
     print(f"\nwrote {out / 'sweep.csv'} and {out / 'sweep.json'}")
+    if stopped:
+        print(f"layerlab: interrupted: the sweep stopped after {len(points)} of {points.of} points (those are kept)",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 

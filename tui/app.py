@@ -360,6 +360,9 @@ class LayerlabApp(GuardedApp):
             if self.paused:
                 self.action_pause()
             self._update_controls("stopping after the current step…")
+        elif self.sweeper is not None:
+            self.sweeper.send("stop")
+            self.query_one(AnalysisPane).set_status("stopping after the current point…")
 
     def _poll(self) -> None:
         if not self.is_running:  # the views are being taken down
@@ -477,6 +480,7 @@ class LayerlabApp(GuardedApp):
         self.sweeper = RunHandle(self.sweep_job, target=sweep_main, store=self.child_store)
         self.action_show_tab("analysis")
         pane.progress(0, None, "starting…")
+        self.refresh_bindings()  # (x stops the sweep)
 
     def _poll_sweep(self) -> None:
         if self.sweeper is None:
@@ -486,10 +490,17 @@ class LayerlabApp(GuardedApp):
             if msg["event"] == "sweep_progress":
                 pane.progress(msg["i"], msg["n"], msg["what"])
             elif msg["event"] == "sweep_done":
-                pane.show(msg["points"], msg["amdahl"])
-                n = len(msg["points"])
-                pane.progress(n, n, f"done: {plural(n, 'point')}", count=False)
-                if self.child_store is None:
+                n, stopped = len(msg["points"]), msg.get("stopped")
+                if n:
+                    pane.show(msg["points"], msg["amdahl"])
+                if stopped is None:
+                    pane.progress(n, n, f"done: {plural(n, 'point')}", count=False)
+                elif n:
+                    pane.progress(n, stopped["of"], f"stopped: {n} of {plural(stopped['of'], 'point')} measured "
+                                  "(kept)", count=False)
+                else:
+                    pane.progress(0, 1, "stopped before its first point was measured", count=False)
+                if self.child_store is None and n:
                     self._record_sweep(msg)
                 self._show_runs()
             elif msg["event"] == "store_warning":
@@ -502,10 +513,11 @@ class LayerlabApp(GuardedApp):
                 pane.progress(0, 1, f"✗ the sweep process died (exit code {self.sweeper.exitcode()})", count=False)
             self.retiring.append((self.sweeper, time.monotonic() + 5.0))
             self.sweeper = None
+            self.refresh_bindings()
 
     def _record_sweep(self, msg: dict) -> None:
         try:
-            record_sweep(self.store, self.sweep_job, msg["points"], msg["amdahl"])
+            record_sweep(self.store, self.sweep_job, msg["points"], msg["amdahl"], msg.get("stopped"))
         except StoreError as exc:
             self.notify(f"run store: sweep not kept ({exc})", severity="warning", markup=False)
 
@@ -606,7 +618,9 @@ class LayerlabApp(GuardedApp):
         running = self.handle is not None
         if action == "start":
             return not running
-        if action in ("pause", "stop"):
+        if action == "stop":
+            return running or self.sweeper is not None
+        if action == "pause":
             return running
         if action == "step":
             return running and self.paused

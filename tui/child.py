@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+import signal
 import sys
 import time
 from multiprocessing.connection import Connection
 
 BOUNDARY_RES = (48, 32)  # columns, rows of the probability grid
+TERM_GRACE_S = 2.0  # a process still running this long after its SIGTERM is killed
 STOP_GRACE_S = 30.0  # a distributed run not ended this long after a stop is killed
 
 
@@ -261,30 +263,63 @@ def distributed_main(cfg: dict, conn: Connection, store: str | None = None) -> N
 
 def sweep_main(job: dict, conn: Connection, store: str | None = None) -> None:
     """Entry point of a sweep process: progress messages, then the points and the Amdahl view; the points are
-    recorded as one run in the run store at ``store`` (None: not recorded here)."""
+    recorded as one run in the run store at ``store`` (None: not recorded here). A "stop" from the app ends the
+    sweep before its next point, a SIGTERM (the app quitting) during the current one; either way the points
+    measured so far are sent and recorded, as a stopped sweep."""
     _silence_stdio()
+
+    state = {"measuring": True, "term": False}
+
+    def on_term(signum, frame):  # (between two of Python's instructions: never inside a Taichi kernel)
+        state["term"] = True
+        if state["measuring"]:  # the point under way is dropped; what follows records the others
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    asked = []
+
+    def should_stop() -> bool:
+        try:
+            while not asked and conn.poll(0):
+                if conn.recv() == "stop":
+                    asked.append(True)
+        except (EOFError, OSError):  # the app is gone
+            asked.append(True)
+        return bool(asked)
+
     try:
         from nncore import analysis, runtime, sweep
 
         def progress(i, n, what):
             conn.send(json.dumps({"event": "sweep_progress", "i": i, "n": n, "what": what}))
 
-        points = sweep.run_sweep(job["model"], job["archs"], job["batches"], job["filters"], job["threads"],
-                                 job["steps"], job["repeats"], job["warmup"], progress=progress)
+        try:
+            points = sweep.run_sweep(job["model"], job["archs"], job["batches"], job["filters"], job["threads"],
+                                     job["steps"], job["repeats"], job["warmup"], progress=progress,
+                                     should_stop=should_stop)
+        except KeyboardInterrupt:  # during the first point: nothing measured
+            points = sweep.Stopped([], 0)
+        state["measuring"] = False
+        stopped = {"points": len(points), "of": points.of} if isinstance(points, sweep.Stopped) else None
         serial = next((p for p in points if p.arch == "cpu-serial"), None)
         amdahl = None
-        if serial is not None:
+        if serial is not None and stopped is None and not state["term"]:
             runtime.init("cpu-serial")
             measured = {p.arch: p.speedup for p in points if p.arch != "cpu-serial"
                         and p.batch == serial.batch and p.filters == serial.filters}
             amdahl = analysis.amdahl_view(serial, analysis.measure_launch_ms(), max(job["threads"]), measured).__dict__
         points = [p.to_dict() for p in points]
-        if store is not None:
-            _record_sweep(job, points, amdahl, store, conn)
-        conn.send(json.dumps({"event": "sweep_done", "points": points, "amdahl": amdahl}))
+        if store is not None and points:
+            _record_sweep(job, points, amdahl, store, conn, stopped)
+        conn.send(json.dumps({"event": "sweep_done", "points": points, "amdahl": amdahl, "stopped": stopped}))
     except Exception as exc:  # a LayerlabError or anything else: one line back to the app
-        conn.send(json.dumps({"event": "sweep_failed", "error": f"{exc}".splitlines()[0] if str(exc) else
-                              type(exc).__name__}))
+        try:
+            conn.send(json.dumps({"event": "sweep_failed", "error": f"{exc}".splitlines()[0] if str(exc) else
+                                  type(exc).__name__}))
+        except OSError:
+            pass
+    except KeyboardInterrupt:  # a SIGTERM after the points were in: they are recorded or being sent
+        pass
     finally:
         conn.close()
 
@@ -292,23 +327,27 @@ def sweep_main(job: dict, conn: Connection, store: str | None = None) -> None:
 SWEEP_FIELDS = ("archs", "batches", "filters", "threads", "steps", "repeats", "warmup")
 
 
-def record_sweep(store, job: dict, points: list[dict], amdahl: dict | None) -> int:
-    """An app sweep as one finished run: its network, what was swept, the points and the Amdahl view."""
+def record_sweep(store, job: dict, points: list[dict], amdahl: dict | None, stopped: dict | None = None) -> int:
+    """An app sweep as one ended run: its network, what was swept, the points and the Amdahl view; ``stopped``
+    ({"points": n, "of": m}) for one stopped part-way, recorded as "stopped"."""
     from nncore.sweep import threads_used
 
+    summary = {"amdahl": amdahl, **({"stopped": stopped} if stopped else {})}
     return store.add_finished("sweep", str(job.get("name") or "sweep"),
                               {"model": job["model"], "sweep": {k: job[k] for k in SWEEP_FIELDS}}, points,
-                              {"amdahl": amdahl}, arch=",".join(job["archs"]), threads=threads_used(points))
+                              summary, status="stopped" if stopped else "finished", arch=",".join(job["archs"]),
+                              threads=threads_used(points))
 
 
-def _record_sweep(job: dict, points: list[dict], amdahl: dict | None, path: str, conn: Connection) -> None:
+def _record_sweep(job: dict, points: list[dict], amdahl: dict | None, path: str, conn: Connection,
+                  stopped: dict | None = None) -> None:
     from nncore.store import StoreError
 
     store = _open_store(path, conn)
     if store is None:
         return
     try:
-        record_sweep(store, job, points, amdahl)
+        record_sweep(store, job, points, amdahl, stopped)
     except (StoreError, OSError) as exc:
         conn.send(json.dumps({"event": "store_warning", "message": f"run store {path}: sweep not recorded ({exc})"}))
     finally:
@@ -376,10 +415,16 @@ class RunHandle:
         winds down: a child blocked writing into a full pipe would never see the stop, and be killed as "died"
         with its run half recorded."""
         self.send("stop")
+        self._wait(timeout)
+        if self.proc.is_alive():  # a SIGTERM next: a sweep ends its current point there and keeps the rest
+            self.proc.terminate()
+            self._wait(TERM_GRACE_S)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(1.0)
+
+    def _wait(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while self.proc.is_alive() and time.monotonic() < deadline:
             self.poll()
             self.proc.join(0.02)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(1.0)

@@ -471,3 +471,38 @@ def test_a_batch_larger_than_the_training_set_is_pointed_out():
     assert batch_note({"train": {"batch_size": 1601}}, 1600) is not None
     proc = layerlab("train", "quadrant", "--epochs", "1", "--batch-size", "64", "--arch", "cpu-serial")
     assert proc.returncode == 0 and "note:" not in proc.stdout and "25 steps per epoch" in proc.stdout
+
+
+def test_a_ctrl_c_during_a_sweep_keeps_the_points_measured(tmp_path):
+    """Ctrl-C ended a sweep with a traceback-free "interrupted" and nothing kept of the points it had measured;
+    now they are reported, written and recorded (as a stopped sweep), and the exit code is 130."""
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "sweep", "quadrant", "--archs", "cpu-serial",
+                             "--batch", "16,24,32,40,48,56", "--steps", "1500", "--repeats", "3", "--warmup", "1",
+                             "--out", str(tmp_path / "out"), "--store", str(tmp_path / "r.sqlite")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = bytearray()
+    reader = threading.Thread(target=lambda: [err.extend(b) for b in iter(lambda: os.read(proc.stderr.fileno(),
+                                                                                         4096), b"")])
+    reader.start()
+    deadline = time.monotonic() + 240
+    while b" 2/6 " not in err and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert b" 2/6 " in err, err.decode()  # two points measured, the third under way
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=120)
+    reader.join(10)
+    out = proc.stdout.read()
+    text = err.decode()
+    assert proc.returncode == 130 and "Traceback" not in text, text
+    assert "the sweep stopped after 2 of 6 points" in text, text
+    doc = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert [p["batch"] for p in doc["points"]] == [16, 24] and doc["stopped"] == {"points": 2, "of": 6}
+    assert "16" in out.decode() and doc["amdahl"] is None
+    from nncore.store import Store
+
+    store = Store(tmp_path / "r.sqlite")
+    (run,) = store.runs()
+    assert run["status"] == "stopped" and run["kind"] == "sweep"
+    assert [p["batch"] for p in store.run(run["id"])["points"]] == [16, 24]

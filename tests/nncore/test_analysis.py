@@ -90,3 +90,62 @@ def test_lockstep_serial_and_cuda(config):
     # 1e-4: PyTorch's own float32 run of these steps ended 9.7e-05 from its float64 run on one machine
     # (see test_torch_interop.py::test_float32_gradients_are_no_less_precise_than_pytorchs).
     assert max(r.weight_diff for r in rows) <= 2.5e-4
+
+
+def _fake_bench(monkeypatch, interrupt_at=None):
+    """run_sweep's measurements replaced by a made-up rate per call (the grid's bookkeeping is what is tested);
+    the call numbered ``interrupt_at`` (from 0) raises KeyboardInterrupt, as a Ctrl-C during that point would."""
+    from types import SimpleNamespace
+
+    from nncore import bench, sweep
+
+    calls = []
+
+    def fake(name, arch, batch, steps, repeats, warmup, threads, model=None):
+        if len(calls) == interrupt_at:
+            raise KeyboardInterrupt
+        calls.append((arch, batch))
+        return SimpleNamespace(arch=arch, threads=threads or 1, samples_per_s=1000.0 * (len(calls) + 1),
+                               ms_per_step=1.0, gflops=1.0, layers=[]), None
+
+    monkeypatch.setattr(bench, "bench_layerlab", fake)
+    monkeypatch.setattr(sweep, "count_launches", lambda *a: 7)
+    return calls
+
+
+def test_a_sweep_stopped_between_points_keeps_those_measured(monkeypatch):
+    from nncore import sweep
+
+    model = load_config("quadrant").model
+    calls = _fake_bench(monkeypatch)
+    asks = []
+    stop_after = 3  # points measured before should_stop says yes
+
+    def should_stop():
+        asks.append(len(calls))
+        return len(calls) >= stop_after
+
+    points = sweep.run_sweep(model, ["cpu-serial", "cpu-parallel"], [16, 32, 48], [None], [2], 1, 1, 1,
+                             should_stop=should_stop)
+    assert isinstance(points, sweep.Stopped) and points.of == 6 and len(points) == stop_after
+    assert asks == [0, 1, 2, 3]  # asked before every point, and nothing measured after the yes
+    # Measured in (batch, arch) order: serial 16, parallel 16, serial 32; reported in the grid's order.
+    assert [(p.arch, p.batch) for p in points] == [("cpu-serial", 16), ("cpu-serial", 32), ("cpu-parallel", 16)]
+    assert points[2].speedup == pytest.approx(points[2].samples_per_s / points[0].samples_per_s)
+    # Never stopped: a plain list of every point.
+    calls.clear()
+    full = sweep.run_sweep(model, ["cpu-serial"], [16, 32], [None], [2], 1, 1, 1, should_stop=lambda: False)
+    assert not isinstance(full, sweep.Stopped) and len(full) == 2
+
+
+def test_a_ctrl_c_during_a_point_drops_that_point_only(monkeypatch):
+    from nncore import sweep
+
+    model = load_config("quadrant").model
+    _fake_bench(monkeypatch, interrupt_at=2)
+    points = sweep.run_sweep(model, ["cpu-serial", "cpu-parallel"], [16, 32], [None], [2], 1, 1, 1)
+    assert isinstance(points, sweep.Stopped) and points.of == 4
+    assert [(p.arch, p.batch) for p in points] == [("cpu-serial", 16), ("cpu-parallel", 16)]
+    _fake_bench(monkeypatch, interrupt_at=0)  # in the first point: nothing to keep, the Ctrl-C goes on up
+    with pytest.raises(KeyboardInterrupt):
+        sweep.run_sweep(model, ["cpu-serial"], [16, 32], [None], [2], 1, 1, 1)

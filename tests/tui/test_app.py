@@ -271,6 +271,63 @@ async def test_a_real_sweep_in_the_analysis_view(fixed_env):
         assert app.query_one("#sweep-speedup", Chart).series["measured"][1] == [pytest.approx(pane.points[1]["speedup"])]
 
 
+def _long_sweep(app, batches: str, steps: str) -> None:
+    app.query_one("#sweep-archs", Input).value = "cpu-serial"
+    app.query_one("#sweep-batch", Input).value = batches
+    app.query_one("#sweep-steps", Input).value = steps
+
+
+def _status(app) -> str:
+    return str(app.query_one("#sweep-status").render())
+
+
+async def test_a_sweep_stops_after_its_current_point_and_keeps_the_rest(fixed_env):
+    """The stop key did nothing to a sweep (it only stopped training runs), so a long sweep could only be waited
+    out, or lost by quitting; now it stops before the next point and keeps what it measured."""
+    from nncore.store import Store
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("5")
+        _long_sweep(app, "16,24,32,40", "1500")
+        await pilot.pause()
+        await pilot.press("w")
+        await wait_for(pilot, lambda: _status(app).startswith("2/4"), 180)  # two points in, the third under way
+        assert app.check_action("stop", ()) and app.sweeper is not None
+        await pilot.press("f9")
+        assert _status(app) == "stopping after the current point…"
+        await wait_for(pilot, lambda: app.sweeper is None, 180)
+        assert _status(app) == "stopped: 3 of 4 points measured (kept)"
+        assert app.query_one("#sweep-table", DataTable).row_count == 3
+        assert [p["batch"] for p in app.query_one("#analysis-pane").points] == [16, 24, 32]
+        assert not app.check_action("stop", ())
+    (run,) = Store().runs()
+    assert run["kind"] == "sweep" and run["status"] == "stopped"
+    assert [p["batch"] for p in Store().run(run["id"])["points"]] == [16, 24, 32]
+
+
+async def test_quitting_during_a_sweep_keeps_its_measured_points(fixed_env):
+    """Quitting mid-sweep killed the sweep's process after 3 s and every point it had measured was lost; now the
+    point under way is cut short (SIGTERM) and the others are recorded as a stopped sweep."""
+    from nncore.store import Store
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("5")
+        _long_sweep(app, "16,24,32,40", "40000")  # points of several seconds: longer than quitting waits
+        await pilot.pause()
+        await pilot.press("w")
+        await wait_for(pilot, lambda: _status(app).startswith("1/4"), 240)
+        handle = app.sweeper
+        started = time.monotonic()
+        await pilot.press("ctrl+q")
+    assert not handle.proc.is_alive() and handle.proc.exitcode == 0  # it ended itself after the SIGTERM
+    assert time.monotonic() - started < 10
+    (run,) = Store().runs()
+    assert run["kind"] == "sweep" and run["status"] == "stopped"
+    assert [p["batch"] for p in Store().run(run["id"])["points"]] == [16]
+
+
 async def test_sweep_arguments_are_checked(fixed_env):
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:

@@ -145,6 +145,10 @@ class AnalysisPane(Guarded, Vertical):
         self.query_one("#sweep-progress", ProgressBar).update(total=n, progress=i)
         self.query_one("#sweep-status", Static).update(what if n is None or not count else f"{i}/{n} {what}")
 
+    def set_status(self, text: str) -> None:
+        """The line beside the bar alone (the bar as it is)."""
+        self.query_one("#sweep-status", Static).update(text)
+
     def refuse(self, err: ConfigError) -> None:
         """A sweep that cannot run: the field at fault marked (with any other bad one), the reason beside the bar."""
         bad = {err.field} | {e.field for e in self.problems()}
