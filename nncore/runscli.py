@@ -192,9 +192,11 @@ def _rm(store: Store, args) -> int:
 
 
 def run_runs(args) -> int:
-    if args.runs_command is None:
-        print("layerlab: error: runs: choose list, show, compare, export or rm", file=sys.stderr)
-        return 2
+    if args.runs_command is None:  # `layerlab runs` alone: the list, with list's defaults
+        args.runs_command = "list"
+        for name, value in (("network", None), ("arch", None), ("status", None), ("since", None), ("limit", 50),
+                            ("json", False)):
+            setattr(args, name, getattr(args, name, value))
     try:
         try:
             store = Store(args.store, create=False)  # reading (or removing) never makes a store

@@ -479,6 +479,7 @@ class LayerlabApp(GuardedApp):
                           "name": self.draft.name}
         self.sweeper = RunHandle(self.sweep_job, target=sweep_main, store=self.child_store)
         self.action_show_tab("analysis")
+        pane.show([], None)  # (the last sweep's table and charts would pass for this one's)
         pane.progress(0, None, "starting…")
         self.refresh_bindings()  # (x stops the sweep)
 

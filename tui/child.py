@@ -303,7 +303,7 @@ def sweep_main(job: dict, conn: Connection, store: str | None = None) -> None:
         stopped = {"points": len(points), "of": points.of} if isinstance(points, sweep.Stopped) else None
         serial = next((p for p in points if p.arch == "cpu-serial"), None)
         amdahl = None
-        if serial is not None and stopped is None and not state["term"]:
+        if serial is not None and not state["term"]:  # (not when the app is quitting: it would be cut short)
             runtime.init("cpu-serial")
             measured = {p.arch: p.speedup for p in points if p.arch != "cpu-serial"
                         and p.batch == serial.batch and p.filters == serial.filters}

@@ -106,6 +106,9 @@ def test_a_configs_name_names_the_run(tmp_path):
     listed = layerlab("runs", "--store", store, "list").stdout
     assert "xor-probe" in listed and " b " in listed and "json-probe" in listed, listed
     assert " a " not in listed and " run " not in listed, listed
+    # `layerlab runs` alone lists them too (it was an error asking for a subcommand)
+    alone = layerlab("runs", "--store", store)
+    assert alone.returncode == 0 and alone.stdout == listed, alone.stderr
 
 
 def test_an_unknown_dataset_names_the_known_ones_and_where_other_data_goes(tmp_path):

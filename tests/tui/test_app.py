@@ -301,9 +301,20 @@ async def test_a_sweep_stops_after_its_current_point_and_keeps_the_rest(fixed_en
         assert app.query_one("#sweep-table", DataTable).row_count == 3
         assert [p["batch"] for p in app.query_one("#analysis-pane").points] == [16, 24, 32]
         assert not app.check_action("stop", ())
-    (run,) = Store().runs()
+        # The Amdahl view from the cpu-serial points it kept (it said "sweep cpu-serial to get ...").
+        assert "Amdahl, from the cpu-serial profile" in str(app.query_one("#sweep-amdahl").render())
+        # A new sweep starts with an empty table, not the last one's rows under its progress bar.
+        await pilot.press("w")
+        await wait_for(pilot, lambda: _status(app).startswith("0/4"), 60)
+        assert app.query_one("#sweep-table", DataTable).row_count == 0
+        assert app.query_one("#analysis-pane").points == []
+        await pilot.press("f9")
+        await wait_for(pilot, lambda: app.sweeper is None, 180)
+        assert _status(app) == "stopped: 1 of 4 points measured (kept)"
+    run = Store().runs()[-1]  # (newest first: the first sweep is last)
     assert run["kind"] == "sweep" and run["status"] == "stopped"
     assert [p["batch"] for p in Store().run(run["id"])["points"]] == [16, 24, 32]
+    assert Store().run(run["id"])["summary"]["stopped"] == {"points": 3, "of": 4}
 
 
 async def test_quitting_during_a_sweep_keeps_its_measured_points(fixed_env):
