@@ -42,6 +42,7 @@ DEFAULT_CONFIG = "quadrant"
 HOME = {"model": "#layers", "settings": "#dataset", "train": "#start", "runs": "#runs-table",
         "analysis": "#sweep-run"}  # where focus goes when a view is shown
 RUN_ACTIONS = ("start", "pause", "step", "stop")
+QUIT_WAIT_S = 3.0  # quitting waits this long for a run or sweep to stop itself (then SIGTERM, then kill)
 STORE_WATCH_S = 2.0  # how often the shown Runs view checks the run store for runs recorded elsewhere
 
 
@@ -363,6 +364,8 @@ class LayerlabApp(GuardedApp):
         elif self.sweeper is not None:
             self.sweeper.send("stop")
             self.query_one(AnalysisPane).set_status("stopping after the current point…")
+            if self.query_one(TabbedContent).active != "analysis":  # (its status line is out of sight)
+                self.notify("stopping the sweep after its current point…", markup=False)
 
     def _poll(self) -> None:
         if not self.is_running:  # the views are being taken down
@@ -749,7 +752,7 @@ class LayerlabApp(GuardedApp):
             self.retiring.append((self.handle, 0.0))
             self.handle = None
         for handle, _ in self.retiring:  # quitting may wait: stop each run cleanly, kill what will not stop
-            handle.shutdown(timeout=3.0)
+            handle.shutdown(timeout=QUIT_WAIT_S)
         self.retiring = []
         if self.store is not None:
             try:

@@ -308,7 +308,9 @@ async def test_a_sweep_stops_after_its_current_point_and_keeps_the_rest(fixed_en
         await wait_for(pilot, lambda: _status(app).startswith("0/4"), 60)
         assert app.query_one("#sweep-table", DataTable).row_count == 0
         assert app.query_one("#analysis-pane").points == []
+        await pilot.press("4")  # stopped from another view: a notice says so (the status line is out of sight)
         await pilot.press("f9")
+        assert any("stopping the sweep after its current point" in str(n.message) for n in app._notifications)
         await wait_for(pilot, lambda: app.sweeper is None, 180)
         assert _status(app) == "stopped: 1 of 4 points measured (kept)"
     run = Store().runs()[-1]  # (newest first: the first sweep is last)
@@ -317,15 +319,17 @@ async def test_a_sweep_stops_after_its_current_point_and_keeps_the_rest(fixed_en
     assert Store().run(run["id"])["summary"]["stopped"] == {"points": 3, "of": 4}
 
 
-async def test_quitting_during_a_sweep_keeps_its_measured_points(fixed_env):
+async def test_quitting_during_a_sweep_keeps_its_measured_points(fixed_env, monkeypatch):
     """Quitting mid-sweep killed the sweep's process after 3 s and every point it had measured was lost; now the
     point under way is cut short (SIGTERM) and the others are recorded as a stopped sweep."""
+    import tui.app
     from nncore.store import Store
 
+    monkeypatch.setattr(tui.app, "QUIT_WAIT_S", 0.3)  # (points far longer than that: the SIGTERM cuts one short)
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("5")
-        _long_sweep(app, "16,24,32,40", "40000")  # points of several seconds: longer than quitting waits
+        _long_sweep(app, "16,24,32,40", "5000")
         await pilot.pause()
         await pilot.press("w")
         await wait_for(pilot, lambda: _status(app).startswith("1/4"), 240)
