@@ -79,7 +79,7 @@ class AnalysisPane(Guarded, Vertical):
             yield Static(TABLE_LEGEND, id="sweep-legend", markup=False)
             with Horizontal(id="sweep-charts"):
                 yield Chart(draw_throughput, "samples/s against batch size: after a sweep", id="sweep-throughput")
-                yield Chart(draw_speedup, "speedup and its Amdahl bound: after a sweep with cpu-serial",
+                yield Chart(draw_speedup, "speedup and its Amdahl bound: sweep cpu-serial and another backend",
                             id="sweep-speedup")
             yield Chart(draw_parts, "", id="sweep-layers")
             yield Static(amdahl_text(None), id="sweep-amdahl", markup=False)
