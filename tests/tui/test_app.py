@@ -294,6 +294,12 @@ async def test_a_sweep_stops_after_its_current_point_and_keeps_the_rest(fixed_en
         await pilot.press("w")
         await wait_for(pilot, lambda: _status(app).startswith("2/4"), 180)  # two points in, the third under way
         assert app.check_action("stop", ()) and app.sweeper is not None
+        # A bad value typed meanwhile is marked in its field; the progress keeps its line (the error replaced it).
+        app.query_one("#sweep-steps", Input).value = "q"
+        await pilot.pause()
+        assert app.query_one("#sweep-steps", Input).has_class("error") and _status(app).startswith("2/4")
+        app.query_one("#sweep-steps", Input).value = "1500"
+        await pilot.pause()
         await pilot.press("f9")
         assert _status(app) == "stopping after the current point…"
         await wait_for(pilot, lambda: app.sweeper is None, 180)

@@ -93,6 +93,8 @@ class AnalysisPane(Guarded, Vertical):
         errors = self.problems()
         for field in self.query(Input):
             field.set_class(any(err.field == field.id for err in errors), "error")
+        if getattr(self.app, "sweeper", None) is not None:  # a sweep's progress keeps the line; the field is marked
+            return
         status = self.query_one("#sweep-status", Static)
         if errors:
             status.update(f"✗ {errors[0]}")
