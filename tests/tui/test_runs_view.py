@@ -171,6 +171,19 @@ async def test_a_running_run_is_not_deleted_and_a_sweep_has_no_curves(fixed_env)
         await pilot.press("down", "d")
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen) and len(_rows(app)) == 2
+        # A sweep stopped part-way says how many of its points it kept.
+        from tui.child import record_sweep
+
+        job = {"model": cfg["model"], "archs": ["cpu-serial"], "batches": [16, 32, 48], "filters": [None],
+               "threads": [2], "steps": 5, "repeats": 1, "warmup": 1, "name": "part"}
+        record_sweep(app.store, job, [{"arch": "cpu-serial", "batch": 16, "samples_per_s": 900.0}], None,
+                     {"points": 1, "of": 3})
+        app._show_runs()
+        await pilot.pause()
+        await pilot.press("home")  # (the newest run)
+        await pilot.pause()
+        shown = str(app.query_one("#runs-loss", Chart).render())
+        assert "is a sweep stopped after 1 of 3 points" in shown and "`layerlab runs show" in shown, shown
 
 
 async def test_rerun_from_the_store(fixed_env, fake_runs):

@@ -79,6 +79,14 @@ NET_CUT = 16  # a long network name is cut to this width (or more, where there i
 NARROWEST = {"network": 8, "arch": 12}  # cut to at most, all columns hidden: "quadrant", "cpu-parallel" stay whole
 
 
+def _no_curves(row: dict) -> str:
+    """Why a sweep or benchmark shows no curves, where its points are, and for one stopped part-way how many it
+    kept (the command on a line of its own: split across lines, it read as two words)."""
+    stopped = row.get("stopped")  # (tui.state.store_rows)
+    kept = f" stopped after {stopped['points']} of {stopped['of']} points" if isinstance(stopped, dict) else ""
+    return f"run #{row['id']} is a {row['kind']}{kept}: its points are in\n`layerlab runs show {row['id']}`"
+
+
 @dataclass
 class _Column(Column):
     """A column the table can hide: it then takes no width, its padding included."""
@@ -286,8 +294,7 @@ class RunsPane(Guarded, Vertical):
         chosen = [r for r in self.chosen() if r["kind"] == "train"]
         if not chosen:
             what = self.chosen()
-            loss.clear(f"run #{what[0]['id']} is a {what[0]['kind']}: its points are in `layerlab runs show "
-                       f"{what[0]['id']}`" if what else NO_CURVES if self.rows else "no runs yet")
+            loss.clear(_no_curves(what[0]) if what else NO_CURVES if self.rows else "no runs yet")
             acc.clear()
             return
         try:
