@@ -624,8 +624,8 @@ class LayerlabApp(GuardedApp):
             return not running
         if action == "stop":
             return running or self.sweeper is not None
-        if action == "pause":
-            return running
+        if action == "pause":  # (a distributed run's ranks step together: no pausing, so no key in the footer)
+            return running and not (self.current is not None and self.current.ranks > 1)
         if action == "step":
             return running and self.paused
         return True

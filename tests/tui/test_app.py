@@ -538,6 +538,7 @@ async def test_a_distributed_run_shows_every_rank_and_stops_them_all(fixed_env):
         assert [r["rank"] for r in bars.ranks] == [0, 1] and bars.ranks == epoch["ranks"]
         assert 0 < bars.share == epoch["comm_share"] < 1
         assert app.query_one("#pause", Button).disabled  # ranks step together: no pausing
+        assert not app.check_action("pause", ()) and app.check_action("stop", ())  # (the footer offered p Pause)
         assert "× 2 ranks" in str(app.query_one("#run-state").render())
         await pilot.press("x")  # Ctrl-C through mpiexec to both ranks
         await wait_for(pilot, lambda: app.handle is None, 60)

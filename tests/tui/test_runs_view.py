@@ -316,6 +316,23 @@ async def test_a_run_refused_before_its_first_epoch_says_why_in_the_runs_view(fi
         assert "failed before its first epoch: train.epochs 2147483647" in shown, shown
 
 
+async def test_a_run_stopped_before_its_first_epoch_does_not_promise_curves(fixed_env):
+    """A run stopped by hand before an epoch ended (no error recorded) said "no curves yet", as if still to come."""
+    from nncore.events import RunFinished
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        cfg = app._run_config()
+        started = [e for e in scripted_run() if e["event"] == "run_started"]  # stopped before a step was logged
+        record(app.store, started + [RunFinished(0, 3, None, None, None, 0.1, 5000.0, True).to_dict()], cfg)
+        await pilot.press("4")
+        await wait_for(pilot, lambda: len(_rows(app)) == 1)
+        await pilot.pause()
+        assert _rows(app)[0]["status"] == "stopped"
+        shown = " ".join(str(app.query_one("#runs-loss", Chart).render()).split())
+        assert "stopped before its first epoch ended: no curves" in shown and "yet" not in shown, shown
+
+
 async def test_a_sweep_row_leaves_the_status_column_readable_at_80_columns(fixed_env):
     """A sweep's archs (cpu-serial,cpu-parallel) are shown as serial+parallel: whole, they widened the arch column
     until the status column showed only "st"/"fi" at 80x24."""
