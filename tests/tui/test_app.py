@@ -727,6 +727,14 @@ async def test_every_bad_setting_is_marked_at_once(fixed_env):
         assert app.query_one("#epochs", Input).has_class("error")
         assert not app.query_one("#lr", Input).has_class("error")
         assert "1 more marked" in str(app.query_one("#settings-status").render())
+        # Each bad field's own reason where the focus is (only the first one's was ever shown).
+        app.query_one("#batch_size", Input).focus()
+        await pilot.pause()
+        status = str(app.query_one("#settings-status").render())
+        assert "batch_size" in status and "-3" in status and "1 more marked" in status, status
+        app.query_one("#epochs", Input).focus()
+        await pilot.pause()
+        assert "'xy'" in str(app.query_one("#settings-status").render())
         app.query_one("#epochs", Input).value = "2"
         await pilot.pause()
         assert app.query_one("#batch_size", Input).has_class("error")

@@ -65,6 +65,7 @@ class SettingsPane(Guarded, VerticalScroll):
         super().__init__(**kwargs)
         self.archs = available_archs()
         self.error: str | None = None
+        self._reasons: dict[str, str] = {}  # each bad field's reason (validate), the first one's as self.error
         self.data = None  # the DatasetInfo of the dataset chosen, when it can be described
         self.misfit: str | None = None  # why the network cannot train on that dataset (set_misfit)
         self._want, self._reading, self._read_timer = None, False, None  # a CSV file to read (_read_table)
@@ -204,10 +205,11 @@ class SettingsPane(Guarded, VerticalScroll):
         self._reading = False
         self.validate()
 
-    def _bad_fields(self, first: str) -> set[str]:
-        """Every field that is bad on its own, ``first`` (the one values() named) included: the form is checked
-        again with the bad number fields left at their defaults until it passes or names no new one."""
-        bad = {first}
+    def _bad_fields(self, first: str, why: str) -> dict[str, str]:
+        """Every field that is bad on its own, with its reason, ``first`` (the one values() named, for ``why``)
+        included: the form is checked again with the bad number fields left at their defaults until it passes or
+        names no new one."""
+        bad = {first: why}
         while first in NUMERIC:
             try:
                 self.values(skip=frozenset(bad))
@@ -216,8 +218,19 @@ class SettingsPane(Guarded, VerticalScroll):
                 first = (getattr(err, "field", None) or "").split(".")[-1]
                 if not first.isidentifier() or first in bad:
                     break
-                bad.add(first)
+                bad[first] = str(err).removeprefix("settings: ")
         return bad
+
+    def _show_reason(self) -> None:
+        """The reason of the focused field where it is one of the bad ones, else the first; how many more."""
+        focused = getattr(self.app.focused, "id", None)
+        why = self._reasons.get(focused, self.error)
+        more = f" ({len(self._reasons) - 1} more marked)" if len(self._reasons) > 1 else ""
+        self.query_one("#settings-status", Static).update(f"✗ {why}{more}")
+
+    def on_descendant_focus(self) -> None:
+        if self.error is not None and len(self._reasons) > 1:  # (moving to another bad field shows its reason)
+            self._show_reason()
 
     def validate(self) -> bool:
         dataset = str(self.query_one("#dataset", Select).value)
@@ -247,12 +260,11 @@ class SettingsPane(Guarded, VerticalScroll):
         except LayerlabError as err:
             self.error = str(err).removeprefix("settings: ")
             field = (getattr(err, "field", None) or "").split(".")[-1]
-            bad = self._bad_fields(field) if field.isidentifier() else set()
-            for name in bad:  # every bad field, not only the first
+            self._reasons = self._bad_fields(field, self.error) if field.isidentifier() else {}
+            for name in self._reasons:  # every bad field, not only the first
                 for widget in self.query(f"#{name}"):
                     widget.add_class("error")
-            more = f" ({len(bad) - 1} more marked)" if len(bad) > 1 else ""
-            status.update(f"✗ {self.error}{more}")
+            self._show_reason()
             status.add_class("error")
             self.post_message(self.Changed(False, None, data_error))
             return False
