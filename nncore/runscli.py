@@ -192,11 +192,10 @@ def _rm(store: Store, args) -> int:
 
 
 def run_runs(args) -> int:
-    if args.runs_command is None:  # `layerlab runs` alone: the list, with list's defaults
-        args.runs_command = "list"
-        for name, value in (("network", None), ("arch", None), ("status", None), ("since", None), ("limit", 50),
-                            ("json", False)):
-            setattr(args, name, getattr(args, name, value))
+    if args.runs_command is None:  # `layerlab runs` alone: the list, with the list parser's own defaults
+        from .cli import _parser
+
+        args = _parser().parse_args(["runs", "list", *(["--store", args.store] if args.store else [])])
     try:
         try:
             store = Store(args.store, create=False)  # reading (or removing) never makes a store

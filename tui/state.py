@@ -278,7 +278,7 @@ def store_rows(runs: list[dict], marked: list[int] = ()) -> list[dict]:
                     "started": time.strftime("%m-%d %H:%M", time.localtime(r["started"])), "kind": r["kind"],
                     "config": cfg, "spec_key": spec_key(cfg["model"]) if isinstance(cfg.get("model"), dict) else "",
                     # a sweep stopped part-way: {"points": n, "of": m}
-                    "stopped": (r.get("summary") or {}).get("stopped") if isinstance(r.get("summary"), dict) else None})
+                    "stopped": r["summary"].get("stopped") if isinstance(r.get("summary"), dict) else None})
     serial = lambda b: b["arch"] == "cpu-serial" and b["ranks"] == 1 and b["kind"] == "train"  # noqa: E731
     for row in out:
         base = next((b for b in out if serial(b) and b["spec_key"] == row["spec_key"] and b["batch"] == row["batch"]

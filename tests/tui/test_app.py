@@ -271,10 +271,14 @@ async def test_a_real_sweep_in_the_analysis_view(fixed_env):
         assert app.query_one("#sweep-speedup", Chart).series["measured"][1] == [pytest.approx(pane.points[1]["speedup"])]
 
 
-def _long_sweep(app, batches: str, steps: str) -> None:
+async def _start_sweep(pilot, app, batches: str, steps: str) -> None:
+    """A cpu-serial sweep over ``batches``, started from the Analysis view."""
+    await pilot.press("5")
     app.query_one("#sweep-archs", Input).value = "cpu-serial"
     app.query_one("#sweep-batch", Input).value = batches
     app.query_one("#sweep-steps", Input).value = steps
+    await pilot.pause()
+    await pilot.press("w")
 
 
 def _status(app) -> str:
@@ -288,10 +292,7 @@ async def test_a_sweep_stops_after_its_current_point_and_keeps_the_rest(fixed_en
 
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("5")
-        _long_sweep(app, "16,24,32,40", "1500")
-        await pilot.pause()
-        await pilot.press("w")
+        await _start_sweep(pilot, app, "16,24,32,40", "1500")
         await wait_for(pilot, lambda: _status(app).startswith("2/4"), 180)  # two points in, the third under way
         assert app.check_action("stop", ()) and app.sweeper is not None
         # A bad value typed meanwhile is marked in its field; the progress keeps its line (the error replaced it).
@@ -334,10 +335,7 @@ async def test_quitting_during_a_sweep_keeps_its_measured_points(fixed_env, monk
     monkeypatch.setattr(tui.app, "QUIT_WAIT_S", 0.3)  # (points far longer than that: the SIGTERM cuts one short)
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("5")
-        _long_sweep(app, "16,24,32,40", "5000")
-        await pilot.pause()
-        await pilot.press("w")
+        await _start_sweep(pilot, app, "16,24,32,40", "5000")
         await wait_for(pilot, lambda: _status(app).startswith("1/4"), 240)
         handle = app.sweeper
         started = time.monotonic()

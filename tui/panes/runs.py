@@ -306,14 +306,13 @@ class RunsPane(Guarded, Vertical):
         single = len(runs) == 1
         curves = [Curves.from_run(r, f"#{r['id']}" if not single else None) for r in runs if r is not None]
         if not any(c.steps or c.epochs for c in curves):
-            ended = runs[0] if single and runs[0] is not None and runs[0].get("error") else None
-            over = single and runs[0] is not None and runs[0].get("status") != "running"
+            run = runs[0] if single else None
             # A run that ended before its first epoch (refused, failed, stopped early): why, not "yet".
-            if ended:
-                text = f"run #{ended['id']} {ended['status']} before its first epoch: {ended['error']}"
-            elif over:  # (stopped by hand before an epoch ended: no reason was recorded)
-                text = (f"run #{runs[0]['id']} {runs[0]['status']} before its first epoch ended: no curves (steps "
-                        "are recorded with each finished epoch)")
+            if run is not None and run.get("error"):
+                text = f"run #{run['id']} {run['status']} before its first epoch: {run['error']}"
+            elif run is not None and run.get("status") != "running":  # (stopped by hand: no reason recorded)
+                text = (f"run #{run['id']} {run['status']} before its first epoch ended: no curves (steps are "
+                        "recorded with each finished epoch)")
             else:
                 text = f"run #{chosen[0]['id']}: no curves yet (steps are recorded with each finished epoch)"
             loss.clear(text)
