@@ -69,6 +69,18 @@ def _layout() -> tuple[int, int]:
 ROWS, COLS = _layout()  # read when the kernels compile (tests swap them, then re-initialise the runtime)
 assert L % ROWS == 0  # a panel's 16 rows split into whole register tiles (``a[mb, k][r0 + i]``)
 
+# Long products on AVX-512 take register tiles of 8 rows x 3 strips: 24 accumulators and 11 loads per 24
+# multiply-adds, fewer instructions per multiply-add than 8 x 2, which gains where the k loop is long; at a batch
+# of 64 its larger epilogue (SGD with momentum) loses more than that (docs/LOG.md, "the CPU products' register
+# tile, again"). A forward or weight gradient over at least WIDE_BATCH rows of the batch takes them.
+WIDE_COLS = 3
+WIDE_BATCH = 512
+
+
+def tile_cols(batch: int) -> int:
+    """Strips of the register tile for a forward or weight gradient over ``batch`` rows (see WIDE_COLS)."""
+    return WIDE_COLS if (ROWS, COLS) == LAYOUT_AVX512 and batch >= WIDE_BATCH else COLS
+
 
 def panels_shape(rows: int, n: int) -> tuple:
     """Shape of a (rows, n) matrix staged as panels of 16 rows: ``p[mb, k][l] = x[mb*16 + l, k]``."""
@@ -318,19 +330,20 @@ def stage_panels(xp: VA2, x: F2, y: F2, kind: ti.template()):
 
 
 @ti.func
-def _tile(a: ti.template(), b: ti.template(), mb, nb, k_n, r0):
-    """Rows r0..r0+ROWS-1 of the 16-row tile mb of A @ B, at B's strips nb..nb+COLS-1 (a strip past B's last
+def _tile(a: ti.template(), b: ti.template(), mb, nb, k_n, r0, cols: ti.template()):
+    """Rows r0..r0+ROWS-1 of the 16-row tile mb of A @ B, at B's strips nb..nb+cols-1 (a strip past B's last
     repeats the last: the stores skip columns that do not exist), summed over k < k_n: A's 16 rows at column k
     are the panel vector ``a[mb, k]``, B's 16 columns at row k the strip vector ``b[nb, k]``; both walks are
-    sequential. Returns ROWS * COLS accumulators, row i of strip j at i * COLS + j (see ``_layout``)."""
-    acc = [V(0.0) for _ in ti.static(range(ROWS * COLS))]
+    sequential. Returns ROWS * cols accumulators, row i of strip j at i * cols + j (see ``_layout``; cols is
+    COLS or WIDE_COLS)."""
+    acc = [V(0.0) for _ in ti.static(range(ROWS * cols))]
     last = b.shape[0] - 1
     for k in range(k_n):
-        bv = [b[ti.min(nb + j, last), k] for j in ti.static(range(COLS))]
+        bv = [b[ti.min(nb + j, last), k] for j in ti.static(range(cols))]
         for i in ti.static(range(ROWS)):
             s = a[mb, k][r0 + i]
-            for j in ti.static(range(COLS)):
-                madd(acc[i * COLS + j], s, bv[j])
+            for j in ti.static(range(cols)):
+                madd(acc[i * cols + j], s, bv[j])
     return acc
 
 
@@ -361,48 +374,84 @@ def _bias(params: ti.template(), b_off, n0, n_n):
 
 @sized(lambda out, xp, *_: n_elems(out) * xp.shape[1] // 40)
 def linear_forward_tiles(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_off: ti.i32, cl_c: ti.i32,
-                         groups: ti.i32, kind: ti.template(), pack: ti.template()):
+                         groups: ti.i32, kind: ti.template(), pack: ti.template(), cols: ti.template(),
+                         by_rows: ti.template()):
     # out: (B, OUT) f32 = act(inp @ W^T + b)   xp: inp as panels (stage_panels)   wt: W's panels (weight_panels'
     # layout), packed here where ``pack`` is 1, else already holding this W   params[w_off:]: W (OUT, IN)
-    # params[b_off:]: b (OUT,)   cl_c: see _column   groups: groups of COLS strips per task (linear_forward_cpu)
+    # params[b_off:]: b (OUT,)   cl_c: see _column   cols: the register tile's strips (tile_cols)
+    # groups: groups of cols strips per task, or with by_rows (only where pack is 0) the input's panels per task
+    # (linear_forward_cpu)
     n_n, k_n = out.shape[1], xp.shape[1]
     mt, nt = xp.shape[0], wt.shape[0]
-    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for t in range((nt + groups * COLS - 1) // (groups * COLS)):
-        # A task takes ``groups`` * COLS * 16 columns of W^T for every row of the batch. It packs them itself, so
-        # the panels (50 KiB each at IN = 784) are still in its core's cache for the tiles that read them (a
-        # separate packing kernel would write all of W's panels out to memory first), and it reads each of the
-        # input's panels once from memory for all of its columns: with one group per task, a batch of 1,000
-        # streamed the whole input (3.1 MB, beyond L2) once per 32 columns.
-        n0 = t * groups * COLS
-        if ti.static(pack):
-            for ob in range(n0, ti.min(n0 + groups * COLS, nt)):
-                _pack_weight_panel(wt, params, w_off, ob, n_n, cl_c)
-        for mb in range(mt):
-            for s in range(groups):
-                nb = n0 + s * COLS
-                if nb < nt:
-                    bias = [_bias(params, b_off, (nb + j) * L, n_n) for j in ti.static(range(COLS))]
+    if ti.static(by_rows):
+        # A task takes ``groups`` of the input's panels (kept in its core's cache) for every column, W's strips a
+        # register tile at a time (each read once a task and kept for all of its panels): tasks of equal work
+        # whatever ``cols`` divides, where column groups of 3 strips split 64 strips unevenly.
+        ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
+        for t in range((mt + groups - 1) // groups):
+            for c in range((nt + cols - 1) // cols):
+                nb = c * cols
+                bias = [_bias(params, b_off, (nb + j) * L, n_n) for j in ti.static(range(cols))]
+                for mb in range(t * groups, ti.min(t * groups + groups, mt)):
                     for g in range(_groups(out.shape[0] - mb * L)):
                         r0 = g * ROWS
-                        acc = _tile(xp, wt, mb, nb, k_n, r0)
-                        for j in ti.static(range(COLS)):
+                        acc = _tile(xp, wt, mb, nb, k_n, r0, cols)
+                        for j in ti.static(range(cols)):
                             _store_act(out, acc, bias[j], mb * L + r0, (nb + j) * L, kind, j)
+    else:
+        ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
+        for t in range((nt + groups * cols - 1) // (groups * cols)):
+            # A task takes ``groups`` * cols * 16 columns of W^T for every row of the batch. It packs them itself,
+            # so the panels (50 KiB each at IN = 784) are still in its core's cache for the tiles that read them (a
+            # separate packing kernel would write all of W's panels out to memory first), and it reads each of the
+            # input's panels once from memory for all of its columns: with one group per task, a batch of 1,000
+            # streamed the whole input (3.1 MB, beyond L2) once per 32 columns.
+            n0 = t * groups * cols
+            if ti.static(pack):
+                for ob in range(n0, ti.min(n0 + groups * cols, nt)):
+                    _pack_weight_panel(wt, params, w_off, ob, n_n, cl_c)
+            for mb in range(mt):
+                for s in range(groups):
+                    nb = n0 + s * cols
+                    if nb < nt:
+                        bias = [_bias(params, b_off, (nb + j) * L, n_n) for j in ti.static(range(cols))]
+                        for g in range(_groups(out.shape[0] - mb * L)):
+                            r0 = g * ROWS
+                            acc = _tile(xp, wt, mb, nb, k_n, r0, cols)
+                            for j in ti.static(range(cols)):
+                                _store_act(out, acc, bias[j], mb * L + r0, (nb + j) * L, kind, j)
 
 
-def forward_groups(n_out: int) -> int:
-    """Groups of COLS strips per task of the staged forward: up to 4 (each input panel read from memory once
-    for 4x the columns), while the tasks still number at least four per thread."""
-    threads = max(1, getattr(runtime.current(), "threads", 1) or 1)
-    return max(1, min(4, -(-n_out // L) // COLS // (4 * threads)))
+def _threads() -> int:
+    return max(1, getattr(runtime.current(), "threads", 1) or 1)
+
+
+def forward_groups(n_out: int, cols: int = 0) -> int:
+    """Groups of ``cols`` (COLS) strips per task of the staged forward: up to 4 (each input panel read from
+    memory once for 4x the columns), while the tasks still number at least four per thread."""
+    return max(1, min(4, -(-n_out // L) // (cols or COLS) // (4 * _threads())))
+
+
+def forward_panels(batch: int) -> int:
+    """The input's panels per task of the staged forward by rows: four tasks a thread (the cooperative step's
+    share of fixed blocks and claimed chunks, nncore.coop, then evens them out)."""
+    mt = -(-batch // L)
+    return -(-mt // (4 * _threads()))
 
 
 def linear_forward_cpu(out, xp, wt, params, w_off: int, b_off: int, cl_c: int, kind: int, packed: bool = False):
     """The staged forward, act(inp @ W^T + b) into out (``linear_forward_tiles``). ``packed``: wt already holds
     this W's panels (the fused SGD step of the weight gradient keeps them; nncore.network says when), so the
-    forward skips packing them."""
-    linear_forward_tiles(out, xp, wt, params, w_off, b_off, cl_c, forward_groups(out.shape[1]), kind,
-                         0 if packed else 1)
+    forward skips packing them. A long batch (``tile_cols``) runs the wider register tiles in tasks by rows,
+    after packing W's panels first where they are not."""
+    cols = tile_cols(out.shape[0])
+    if cols != COLS:
+        if not packed:
+            weight_panels(wt, params, w_off, out.shape[1], cl_c)
+        linear_forward_tiles(out, xp, wt, params, w_off, b_off, cl_c, forward_panels(out.shape[0]), kind, 0, cols, 1)
+    else:
+        linear_forward_tiles(out, xp, wt, params, w_off, b_off, cl_c, forward_groups(out.shape[1]), kind,
+                             0 if packed else 1, cols, 0)
 
 
 @ti.func
@@ -416,14 +465,15 @@ def _store_dweight(dparams: ti.template(), wt: ti.template(), acc: ti.template()
     to the panels alone, leaving params' copy out of date (nncore.network says when, and copies it back with
     ``weight_from_panels``)."""
     n_ob = wt.shape[0]
+    cols = ti.static(len(acc) // ROWS)
     for i in ti.static(range(ROWS)):
         if f0 + i < n_in:
             c = _column(f0 + i, n_in, cl_c)
-            for j in ti.static(range(COLS)):
+            for j in ti.static(range(cols)):
                 ob = ob0 + j
                 if ob < n_ob:
                     at = VI([w_off + ti.min(ob * L + l, n_out - 1) * n_in + c for l in ti.static(range(L))])
-                    g = acc[i * COLS + j]
+                    g = acc[i * cols + j]
                     if ti.static(sgd == 0):
                         for l in ti.static(range(L)):
                             if ob * L + l < n_out:
@@ -447,20 +497,20 @@ def _store_dweight(dparams: ti.template(), wt: ti.template(), acc: ti.template()
 @ti.func
 def _dweight_tile(dparams: ti.template(), wt: ti.template(), ds: ti.template(), xs: ti.template(), mb, nb, w_off, m_n,
                   n_n, cl_c, sgd: ti.template(), params: ti.template(), velocity: ti.template(), lr, momentum,
-                  weight_decay):
+                  weight_decay, cols: ti.template()):
     # (hyper is formed here, inside the parallel loop: a vector local made before it crashes the CPU's
     # parallel variant when vectors stay unscalarised)
     hyper = ti.Vector([lr, momentum, weight_decay])
     for g in range(_groups(n_n - mb * L)):
         r0 = g * ROWS
-        acc = _tile(xs, ds, mb, nb * COLS, xs.shape[1], r0)
-        _store_dweight(dparams, wt, acc, w_off, mb * L + r0, nb * COLS, m_n, n_n, cl_c, sgd, params, velocity, hyper)
+        acc = _tile(xs, ds, mb, nb * cols, xs.shape[1], r0, cols)
+        _store_dweight(dparams, wt, acc, w_off, mb * L + r0, nb * cols, m_n, n_n, cl_c, sgd, params, velocity, hyper)
 
 
 @sized(lambda dparams, ds, xs, wt, w_off, m_n, n_n, *_: ds.shape[1] * m_n * n_n // 40)
 def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, wt: VA2, w_off: ti.i32, m_n: ti.i32, n_n: ti.i32,
                        cl_c: ti.i32, by_rows: ti.template(), sgd: ti.template(), params: F1, velocity: F1,
-                       lr: ti.f32, momentum: ti.f32, weight_decay: ti.f32):
+                       lr: ti.f32, momentum: ti.f32, weight_decay: ti.f32, cols: ti.template()):
     # dparams[w_off:]: dW (OUT, IN), formed as dW^T = inp^T @ dz: A = xs, the input's strips (stage_strips),
     # which are inp^T's panels; B = ds, dz's strips (stage_dz). m_n = OUT, n_n = IN; cl_c: see _column. (The
     # bias gradient comes with stage_dz.) dW^T's 16-wide vectors run along the outputs, as the forward's W
@@ -470,19 +520,20 @@ def linear_dweight_cpu(dparams: F1, ds: VA2, xs: VA2, wt: VA2, w_off: ti.i32, m_
     # A task takes a row of tiles (by_rows) or a column, along dW^T's longer side (``dweight_by_rows``), and
     # holds one strip of the other side in its core's cache for all of its tiles (about 8% faster than tasks of
     # single tiles; docs/LOG.md). by_rows is a template argument: choosing at run time in the loop cost more.
-    mt, nt = xs.shape[0], (ds.shape[0] + COLS - 1) // COLS  # (nt: groups of COLS strips, see _tile)
+    # cols: the register tile's strips (tile_cols)
+    mt, nt = xs.shape[0], (ds.shape[0] + cols - 1) // cols  # (nt: groups of cols strips, see _tile)
     if ti.static(by_rows):
         ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
         for mb in range(mt):
             for nb in range(nt):
                 _dweight_tile(dparams, wt, ds, xs, mb, nb, w_off, m_n, n_n, cl_c, sgd, params, velocity, lr, momentum,
-                              weight_decay)
+                              weight_decay, cols)
     else:
         ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
         for nb in range(nt):
             for mb in range(mt):
                 _dweight_tile(dparams, wt, ds, xs, mb, nb, w_off, m_n, n_n, cl_c, sgd, params, velocity, lr, momentum,
-                              weight_decay)
+                              weight_decay, cols)
 
 
 SGD_PANELS = 3  # linear_dweight_cpu's sgd modes from here on write the new W to the panels alone
@@ -493,12 +544,13 @@ def linear_dweight(dparams, ds, xs, wt, w_off: int, n_out: int, n_in: int, cl_c:
     """dW into dparams with linear_dweight_cpu, or, given ``params`` and ``sgd`` (optim.SGD.fused()), SGD's step
     applied to W in params instead, read from ``wt``, W's panels as this step's forward used them, which then
     hold the new W; with ``panels_only``, only they do (params' copy of W is left as it was)."""
-    by_rows = dweight_by_rows(n_out, n_in)
+    by_rows, cols = dweight_by_rows(n_out, n_in), tile_cols(xs.shape[1])
     if sgd is None:
-        linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, by_rows, 0, dparams, dparams, 0.0, 0.0, 0.0)
+        linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, by_rows, 0, dparams, dparams, 0.0, 0.0, 0.0,
+                           cols)
     else:
         mode = sgd[0] + (SGD_PANELS - 1 if panels_only else 0)
-        linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, by_rows, mode, params, *sgd[1:])
+        linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, by_rows, mode, params, *sgd[1:], cols)
 
 
 @sized(lambda params, wt, *_: 2 * n_elems(wt) * L)
@@ -588,7 +640,7 @@ def linear_dinput_cpu(dinp: F2, dp: VA2, wv: VA2):
         mb, nb = t // nt, t % nt * COLS  # along the rows of dinp: its writes are most of the traffic at small OUT
         for g in range(_groups(m_n - mb * L)):
             r0 = g * ROWS
-            acc = _tile(dp, wv, mb, nb, k_n, r0)
+            acc = _tile(dp, wv, mb, nb, k_n, r0, COLS)
             m0 = mb * L + r0
             for c in ti.static(range(COLS)):
                 n0 = (nb + c) * L

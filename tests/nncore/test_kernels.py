@@ -60,16 +60,18 @@ def test_linear(arch, rng, b, n_in, n_out):
     assert np.all(got[:3] == 9.0)  # nothing outside the layer's slice is touched
 
 
-@pytest.fixture(scope="module", params=["avx512", "avx2", "avx2-unfused"])
+@pytest.fixture(scope="module", params=["avx512", "avx512wide", "avx2", "avx2-unfused"])
 def tile_rows(request):
     """The CPU products with each register-tile layout, and with the multiply-adds fused (llvm.fma, where this
-    CPU has FMA) or not: the machine picks one of each; all must be right."""
-    saved = KG.ROWS, KG.COLS, KF.FUSED
-    KG.ROWS, KG.COLS = KG.LAYOUT_AVX512 if request.param == "avx512" else KG.LAYOUT_AVX2
+    CPU has FMA) or not: the machine picks one of each; all must be right. avx512wide: AVX-512's wider tiles
+    for long batches (gemm_cpu.tile_cols) and the forward's tasks by rows, here at every batch."""
+    saved = KG.ROWS, KG.COLS, KF.FUSED, KG.WIDE_BATCH
+    KG.ROWS, KG.COLS = KG.LAYOUT_AVX512 if request.param.startswith("avx512") else KG.LAYOUT_AVX2
+    KG.WIDE_BATCH = 1 if request.param == "avx512wide" else saved[3]
     KF.FUSED = saved[2] and not request.param.endswith("unfused")
     runtime.init("cpu-parallel")  # the kernels compile again, reading them
     yield request.param
-    KG.ROWS, KG.COLS, KF.FUSED = saved
+    KG.ROWS, KG.COLS, KF.FUSED, KG.WIDE_BATCH = saved
     runtime.init("cpu-parallel")
 
 
@@ -121,9 +123,12 @@ def test_linear_cpu_gemm(request, tile_rows, b, n_in, n_out, cl_c):
     # Tasks by rows and by columns of dW's tiles: the same sums, bit for bit.
     cols_dparams = nd(np.full(params.size, 9.0))
     KG.stage_dz(ds, cols_dparams, nd(dout), nd(dout), b_off, 0)
-    KG.linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, True, 0, dparams, dparams, 0.0, 0.0, 0.0)
+    tile_strips = KG.tile_cols(b)
+    assert tile_strips == (KG.WIDE_COLS if tile_rows == "avx512wide" else KG.COLS)
+    KG.linear_dweight_cpu(dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, True, 0, dparams, dparams, 0.0, 0.0, 0.0,
+                          tile_strips)
     KG.linear_dweight_cpu(cols_dparams, ds, xs, wt, w_off, n_out, n_in, cl_c, False, 0, cols_dparams, cols_dparams,
-                          0.0, 0.0, 0.0)
+                          0.0, 0.0, 0.0, tile_strips)
     assert np.array_equal(dparams.to_numpy(), cols_dparams.to_numpy())
     dp, wv = vec(KG.panels_shape(b, n_out)), vec(KG.strips_shape(n_out, n_in))
     KG.stage_panels(dp, nd(dout), nd(dout), 0)

@@ -182,6 +182,30 @@ def test_serial_and_parallel_steps_agree(rng, opt_cls, args):
         assert rel_err(parallel[k], serial[k]) < 1e-6, k
 
 
+@pytest.mark.parametrize("wide", [False, True])
+def test_serial_and_parallel_mlp_steps_agree_bit_for_bit(rng, wide, monkeypatch):
+    """Three SGD steps with momentum of an MLP whose widths take partial tiles, on one thread and on all: the
+    same weights bit for bit (each output of a product is summed by one register tile, in one order, whichever
+    thread runs it). wide: the long batch's register tiles and the forward's tasks by rows
+    (gemm_cpu.tile_cols), whose task count follows the threads."""
+    if wide:
+        monkeypatch.setattr("nncore.kernels.gemm_cpu.WIDE_BATCH", 1)
+    batches = [(rng.normal(size=(37, 29)), rng.integers(0, 5, size=37)) for _ in range(3)]
+    got = []
+    for arch in ("cpu-serial", "cpu-parallel"):
+        runtime.init(arch)
+        net = Sequential(MLP_ODD, [29], "cross_entropy", seed=4)
+        opt = SGD(net.n_params, lr=0.1, momentum=0.9)
+        ws = net.workspace(37)
+        for x, y in batches:
+            ws.load(x, y)
+            net.train_step(ws, opt)
+        got.append(net.state_dict())
+    assert all(np.array_equal(got[0][k], got[1][k]) for k in got[0])
+    start = Sequential(MLP_ODD, [29], "cross_entropy", seed=4).state_dict()
+    assert all(not np.array_equal(got[0][k], start[k]) for k in start if k.endswith("weight"))
+
+
 def test_same_seed_same_weights_on_every_arch():
     runtime.init("cpu-serial")
     a = Sequential(CNN, CNN_INPUT, seed=5).state_dict()
@@ -417,15 +441,19 @@ CNN_WIDE = [{"type": "Conv2D", "out_channels": 5, "kernel_size": 3}, {"type": "R
 @pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.01)])
 @pytest.mark.parametrize("layers,shape,applied", [(MLP_ODD, [29], [True, True, True, False]),
                                                   (CNN_WIDE, [2, 9, 11], [False, False, True, False])])
+@pytest.mark.parametrize("wide", [False, True])
 def test_sgd_applied_in_backward_equals_the_optimizer_step(arch, pool, rng, momentum, weight_decay, layers, shape,
-                                                           applied, monkeypatch):
+                                                           applied, wide, monkeypatch):
     # train_step applies SGD to the CPU's wide Linears as it forms their weight gradient (Part.sgd_range); the
     # weights and velocity after 3 steps must equal backward then SGD.step bit for bit. Widths 50 and 37 take
     # partial tiles; the MLP's second Linear needs its input gradient (read from W before W is stepped), the
     # last Linear is narrow (its gradient goes through the optimizer); the CNN's wide Linear reads its input
-    # channels-last. pool: every kernel in its thread-pool variant (small calls otherwise run in place).
+    # channels-last. pool: every kernel in its thread-pool variant (small calls otherwise run in place). wide:
+    # the long batch's register tiles and forward by rows (gemm_cpu.tile_cols) at this batch of 33.
     if pool:
         monkeypatch.setattr("nncore.kernels.IN_PLACE_NS", 0)
+    if wide:
+        monkeypatch.setattr("nncore.kernels.gemm_cpu.WIDE_BATCH", 1)
     runtime.init(arch)
     nets = [Sequential(layers, shape, "cross_entropy", seed=3) for _ in range(2)]
     assert [p.sgd_range() is not None for p in nets[0].parts] == applied
@@ -453,14 +481,17 @@ def test_sgd_applied_in_backward_equals_the_optimizer_step(arch, pool, rng, mome
 
 @pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
 @pytest.mark.parametrize("layers,shape,kept", [(MLP_ODD, [29], {0}), (CNN_WIDE, [2, 9, 11], set())])
-def test_packed_weights_kept_between_steps(arch, rng, layers, shape, kept):
+@pytest.mark.parametrize("wide", [False, True])
+def test_packed_weights_kept_between_steps(arch, rng, layers, shape, kept, wide, monkeypatch):
     # After a fused SGD step the wide Linears' W panels in that step's workspace hold the new W, and the next
     # forward on that workspace reads them without packing (Sequential._packed); a wide Linear that forms no
     # input gradient (``kept``: the MLP's first) leaves W there alone, and params' copy is brought up to date
     # only when read. Steps alternate between two batch sizes (two workspaces, so each sees W changed by the
     # other's step), an evaluation forward on a third comes between two steps, and W is overwritten through
     # ``params`` between two steps on one workspace; the reference network has every step's forward pack W
-    # from params. Weights, velocity and the evaluation's logits must agree bit for bit.
+    # from params. Weights, velocity and the evaluation's logits must agree bit for bit. wide: as above.
+    if wide:
+        monkeypatch.setattr("nncore.kernels.gemm_cpu.WIDE_BATCH", 1)
     runtime.init(arch)
     nets = [Sequential(layers, shape, "cross_entropy", seed=5) for _ in range(2)]
     opts = [SGD(n.n_params, lr=0.1, momentum=0.9, weight_decay=0.01) for n in nets]
