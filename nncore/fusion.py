@@ -79,7 +79,7 @@ class Part:
 
     def out_buffer(self, batch: int) -> tuple | None:
         """The (dtype, shape) of this part's output buffer where it is not (batch, features) f32."""
-        return self.fused.out_buffer(batch) if isinstance(self.fused, ConvReluPool) else None
+        return self.fused.out_buffer(batch) if isinstance(self.fused, (ConvReluPool, LinearAct)) else None
 
     def _linear(self):
         runner = self.fused or self.layers[0]
@@ -263,6 +263,18 @@ class LinearAct:
     def scratch_shapes(self, batch: int, need_dinp: bool) -> dict:
         return self.linear.scratch_shapes(batch, need_dinp)  # (CUDA: the split gradients' partial sums, if any)
 
+    def out_buffer(self, batch: int) -> tuple | None:
+        """The output as strips of vectors where a narrow Linear reads it (Linear.strips_out)."""
+        if not self.linear.strips_out:
+            return None
+        return "v16", K_gemm.strips_shape(batch, self.linear.out_features)
+
+    def to_rows(self, a):
+        """A host copy of this part's output as (B, features), from its strips where it is kept so."""
+        if not self.linear.strips_out:
+            return a
+        return a.transpose(1, 0, 2).reshape(a.shape[1], -1)[:, :self.linear.out_features]
+
     def forward(self, out, inp, params, scratch, packed: bool = False, loss=None) -> None:
         lin = self.linear
         if on_cpu():
@@ -287,6 +299,7 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
     for layer in layers:
         if isinstance(layer, Linear):
             layer.cl_c, layer.pooled_in, layer.dweight_elsewhere = 0, False, False
+            layer.strips_in = layer.strips_out = False
     if not fuse:
         return [Part(i, i, [layer]) for i, layer in enumerate(layers)]
     elsewhere = set()  # layers whose input gradient an earlier part computes
@@ -323,7 +336,7 @@ def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[
                            and not K_gemm.staging_pays(nxt.out_features))
             if narrow_next:
                 elsewhere.add(i + 2)
-                nxt.dweight_elsewhere = True
+                nxt.dweight_elsewhere = nxt.strips_in = trio[0].strips_out = True
             parts.append(Part(i, i + 1, trio[:2], LinearAct(trio[0], trio[1], nxt if narrow_next else None),
                               grad_from=i + 3 if narrow_next else None))
             i += 2

@@ -122,6 +122,12 @@ class Linear(Layer):
         # True where the Linear before it (its activation between) forms this one's weight gradient on the CPU,
         # with its input gradient (nncore.fusion.LinearAct's ``nxt``, kernels.gemm_cpu.stage_dz_from).
         self.dweight_elsewhere = False
+        # On the CPU, where this Linear is such a narrow one (strips_in) or the wide one before it (strips_out):
+        # the output between them is kept as strips of 16-wide vectors, (ceil(features / 16), B), which the wide
+        # Linear's forward writes a vector at a time and stage_dz_from reads sequentially (a row's 16 floats took
+        # 16 stores; rows of 4 KiB apart, one cache line each, took a trip to memory each). Set by
+        # nncore.fusion.plan.
+        self.strips_in = self.strips_out = False
 
     def param_shapes(self):
         return {"weight": (self.out_features, self.in_features), "bias": (self.out_features,)}
@@ -169,10 +175,10 @@ class Linear(Layer):
             if "xp" in scratch:
                 K_gemm.stage_panels(scratch["xp"], inp, inp, 0)
                 K_gemm.linear_forward_cpu(out, scratch["xp"], scratch["wt"], params, w_off, b_off, self.cl_c, kind,
-                                          packed)
+                                          packed, self.out_features if self.strips_out else 0)
             else:
                 K_gemm.weight_panels(scratch["wt"], params, w_off, self.out_features, self.cl_c)
-                K_gemm.linear_forward_cpu_direct(out, inp, scratch["wt"], params, b_off)
+                K_gemm.linear_forward_cpu_direct(out, inp, scratch["wt"], params, b_off, 1 if self.strips_in else 0)
         else:
             K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, 0, loss)
 
@@ -199,7 +205,8 @@ class Linear(Layer):
                 K_gemm.weight_strips(scratch["wv"], params, w_off, self.in_features, self.cl_c)
                 K_gemm.linear_dinput_cpu(dinp, scratch["dp"], scratch["wv"])
             if wn_off is not None:
-                K_gemm.stage_dz_from(scratch["ds"], dparams, dout, params, out, b_off, wn_off, kind, dout.shape[1])
+                K_gemm.stage_dz_from(scratch["ds"], dparams, dout, params, out, b_off, wn_off, self.out_features, kind,
+                                     dout.shape[1], 1 if self.strips_out else 0)
             else:
                 K_gemm.stage_dz(scratch["ds"], dparams, dout, out, b_off, kind)
             if "xs" in scratch:

@@ -94,7 +94,7 @@ def taichi_rows(arch: str, repeats: int) -> list[tuple[str, str]]:
     G.stage_panels(xp, inp, inp, 0)
     flops = 2 * m * k * n_out
     staged = median_s(lambda: G.linear_forward_cpu(out2, xp, wt, params, 0, n_out * k, 0, 0), repeats, ti.sync)
-    direct = median_s(lambda: G.linear_forward_cpu_direct(out2, inp, wt, params, n_out * k), repeats, ti.sync)
+    direct = median_s(lambda: G.linear_forward_cpu_direct(out2, inp, wt, params, n_out * k, 0), repeats, ti.sync)
     stage = median_s(lambda: G.stage_panels(xp, inp, inp, 0), repeats, ti.sync)
     # The weight gradient dW = dout^T @ inp (1024 x 784, summed over the batch of 256).
     xs = ti.Vector.ndarray(16, ti.f32, shape=G.strips_shape(m, k))

@@ -252,18 +252,19 @@ def stage_dz(ds: VA2, dparams: F1, dout: F2, out: F2, b_off: ti.i32, kind: ti.te
 
 
 @sized(lambda ds, dparams, dnext, *_: n_elems(ds) * L * (2 * dnext.shape[1] + 4) // 16)
-def stage_dz_from(ds: VA2, dparams: F1, dnext: F2, params: F1, out: F2, b_off: ti.i32, wn_off: ti.i32,
-                  kind: ti.template(), nk: ti.template()):
+def stage_dz_from(ds: VA2, dparams: F1, dnext: F2, params: F1, out: ti.types.ndarray(), b_off: ti.i32,
+                  wn_off: ti.i32, n: ti.i32, kind: ti.template(), nk: ti.template(), vec_in: ti.template()):
     # As stage_dz, for a layer whose output feeds a narrow Linear (see ``staging_pays``) that leaves its input
     # gradient and its weight gradient to this kernel: dout = dnext @ Wn is formed here, strip by strip, and
     # never stored, and dWn = dnext^T @ out is summed from the same strips of out.
     # dnext: (B, NN) f32, the gradient at the narrow Linear's output, NN = nk   params[wn_off:]: its W (NN, OUT),
-    # dparams[wn_off:]: dW   out: (B, OUT) f32, this layer's output (the narrow Linear's input)
+    # dparams[wn_off:]: dW   out: this layer's output (the narrow Linear's input), (B, OUT) f32, or with vec_in
+    # its strips (ceil(OUT / 16), B) as the forward writes them for a narrow Linear (``vec_out``)   n: OUT
     # A task per strip of 16 outputs: Wn's NN pieces of the strip held in registers (one load each), it walks
     # down the batch once per group of ROWS * COLS of the NN outputs (the register tile's accumulator budget);
     # the first pass also forms the strip's dz and bias gradient. A row of out is read once a pass (a row's 16
-    # floats cost 16 loads; doc at the top).
-    n, n_b = out.shape[1], out.shape[0]
+    # floats cost 16 loads; doc at the top), a strip's vector one load and the strip a sequential walk.
+    n_b = dnext.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for ob in range(ds.shape[0]):
         n0 = ob * L
@@ -273,7 +274,11 @@ def stage_dz_from(ds: VA2, dparams: F1, dnext: F2, params: F1, out: F2, b_off: t
             acc = [V(0.0) for _ in ti.static(range(kn))]
             db = V(0.0)
             for b in range(n_b):
-                h = _row(out, b, n0, n)
+                h = V(0.0)
+                if ti.static(vec_in):
+                    h = out[ob, b]
+                else:
+                    h = _row(out, b, n0, n)
                 if ti.static(k0 == 0):
                     g = V(0.0)
                     for k in ti.static(range(nk)):
@@ -368,20 +373,43 @@ def _store_act(out: ti.template(), acc: ti.template(), bias, m0, n0, kind: ti.te
 
 
 @ti.func
+def _batch(out: ti.template(), vec_out: ti.template()):
+    """The rows of a forward's output: (B, OUT) floats, or its strips (ceil(OUT / 16), B) with vec_out."""
+    return out.shape[1] if ti.static(vec_out) else out.shape[0]
+
+
+@ti.func
+def _store_out(out: ti.template(), acc: ti.template(), bias, m0, nb, n_n, kind: ti.template(), cj: ti.template(),
+               vec_out: ti.template()):
+    """Strip ``cj`` of a forward register tile (see ``_tile``) into out at rows m0.. and strip nb: as _store_act,
+    or with vec_out as whole vectors into the strips (zero past OUT), only what exists."""
+    if ti.static(vec_out):
+        if nb < out.shape[0]:
+            live = VI([nb * L + l for l in ti.static(range(L))]) < n_n
+            cols = ti.static(len(acc) // ROWS)
+            for i in ti.static(range(ROWS)):
+                if m0 + i < out.shape[1]:
+                    out[nb, m0 + i] = ti.select(live, act_v(acc[i * cols + cj] + bias, kind), 0.0)
+    else:
+        _store_act(out, acc, bias, m0, nb * L, kind, cj)
+
+
+@ti.func
 def _bias(params: ti.template(), b_off, n0, n_n):
     return V([params[b_off + ti.min(n0 + l, n_n - 1)] for l in ti.static(range(L))])
 
 
-@sized(lambda out, xp, *_: n_elems(out) * xp.shape[1] // 40)
-def linear_forward_tiles(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_off: ti.i32, cl_c: ti.i32,
-                         groups: ti.i32, kind: ti.template(), pack: ti.template(), cols: ti.template(),
-                         by_rows: ti.template()):
-    # out: (B, OUT) f32 = act(inp @ W^T + b)   xp: inp as panels (stage_panels)   wt: W's panels (weight_panels'
-    # layout), packed here where ``pack`` is 1, else already holding this W   params[w_off:]: W (OUT, IN)
-    # params[b_off:]: b (OUT,)   cl_c: see _column   cols: the register tile's strips (tile_cols)
-    # groups: groups of cols strips per task, or with by_rows (only where pack is 0) the input's panels per task
-    # (linear_forward_cpu)
-    n_n, k_n = out.shape[1], xp.shape[1]
+@sized(lambda out, xp, wt, params, w_off, b_off, n_n, *_: xp.shape[0] * L * n_n * xp.shape[1] // 40)
+def linear_forward_tiles(out: ti.types.ndarray(), xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b_off: ti.i32,
+                         n_n: ti.i32, cl_c: ti.i32, groups: ti.i32, kind: ti.template(), pack: ti.template(),
+                         cols: ti.template(), by_rows: ti.template(), vec_out: ti.template()):
+    # out: (B, OUT) f32 = act(inp @ W^T + b), or with vec_out its strips (ceil(OUT / 16), B) of 16-wide vectors,
+    # zero past OUT, for a narrow Linear after this one (one vector store where a row's 16 floats take 16)
+    # xp: inp as panels (stage_panels)   wt: W's panels (weight_panels' layout), packed here where ``pack`` is 1,
+    # else already holding this W   params[w_off:]: W (OUT, IN)   params[b_off:]: b (OUT,)   n_n: OUT
+    # cl_c: see _column   cols: the register tile's strips (tile_cols)   groups: groups of cols strips per
+    # task, or with by_rows (only where pack is 0) the input's panels per task (linear_forward_cpu)
+    k_n = xp.shape[1]
     mt, nt = xp.shape[0], wt.shape[0]
     if ti.static(by_rows):
         # A task takes ``groups`` of the input's panels (kept in its core's cache) for every column, W's strips a
@@ -393,11 +421,11 @@ def linear_forward_tiles(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b
                 nb = c * cols
                 bias = [_bias(params, b_off, (nb + j) * L, n_n) for j in ti.static(range(cols))]
                 for mb in range(t * groups, ti.min(t * groups + groups, mt)):
-                    for g in range(_groups(out.shape[0] - mb * L)):
+                    for g in range(_groups(_batch(out, vec_out) - mb * L)):
                         r0 = g * ROWS
                         acc = _tile(xp, wt, mb, nb, k_n, r0, cols)
                         for j in ti.static(range(cols)):
-                            _store_act(out, acc, bias[j], mb * L + r0, (nb + j) * L, kind, j)
+                            _store_out(out, acc, bias[j], mb * L + r0, nb + j, n_n, kind, j, vec_out)
     else:
         ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
         for t in range((nt + groups * cols - 1) // (groups * cols)):
@@ -415,11 +443,11 @@ def linear_forward_tiles(out: F2, xp: VA2, wt: VA2, params: F1, w_off: ti.i32, b
                     nb = n0 + s * cols
                     if nb < nt:
                         bias = [_bias(params, b_off, (nb + j) * L, n_n) for j in ti.static(range(cols))]
-                        for g in range(_groups(out.shape[0] - mb * L)):
+                        for g in range(_groups(_batch(out, vec_out) - mb * L)):
                             r0 = g * ROWS
                             acc = _tile(xp, wt, mb, nb, k_n, r0, cols)
                             for j in ti.static(range(cols)):
-                                _store_act(out, acc, bias[j], mb * L + r0, (nb + j) * L, kind, j)
+                                _store_out(out, acc, bias[j], mb * L + r0, nb + j, n_n, kind, j, vec_out)
 
 
 def _threads() -> int:
@@ -439,19 +467,24 @@ def forward_panels(batch: int) -> int:
     return -(-mt // (4 * _threads()))
 
 
-def linear_forward_cpu(out, xp, wt, params, w_off: int, b_off: int, cl_c: int, kind: int, packed: bool = False):
+def linear_forward_cpu(out, xp, wt, params, w_off: int, b_off: int, cl_c: int, kind: int, packed: bool = False,
+                       n_out: int = 0):
     """The staged forward, act(inp @ W^T + b) into out (``linear_forward_tiles``). ``packed``: wt already holds
     this W's panels (the fused SGD step of the weight gradient keeps them; nncore.network says when), so the
     forward skips packing them. A long batch (``tile_cols``) runs the wider register tiles in tasks by rows,
-    after packing W's panels first where they are not."""
-    cols = tile_cols(out.shape[0])
+    after packing W's panels first where they are not. ``n_out``: OUT, given where out is strips of vectors
+    (``vec_out``; out is (B, OUT) otherwise)."""
+    vec_out = 1 if n_out else 0
+    batch, n_out = (out.shape[1], n_out) if vec_out else out.shape
+    cols = tile_cols(batch)
     if cols != COLS:
         if not packed:
-            weight_panels(wt, params, w_off, out.shape[1], cl_c)
-        linear_forward_tiles(out, xp, wt, params, w_off, b_off, cl_c, forward_panels(out.shape[0]), kind, 0, cols, 1)
+            weight_panels(wt, params, w_off, n_out, cl_c)
+        linear_forward_tiles(out, xp, wt, params, w_off, b_off, n_out, cl_c, forward_panels(batch), kind, 0, cols, 1,
+                             vec_out)
     else:
-        linear_forward_tiles(out, xp, wt, params, w_off, b_off, cl_c, forward_groups(out.shape[1]), kind,
-                             0 if packed else 1, cols, 0)
+        linear_forward_tiles(out, xp, wt, params, w_off, b_off, n_out, cl_c, forward_groups(n_out), kind,
+                             0 if packed else 1, cols, 0, vec_out)
 
 
 @ti.func
@@ -577,12 +610,15 @@ def dweight_by_rows(n_out: int, n_in: int) -> bool:
 KB = 256  # the direct forward sums its long inner products in blocks of this many terms (see below)
 
 
-@sized(lambda out, inp, wt, *_: n_elems(inp) * wt.shape[0])
-def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i32):
-    # As linear_forward_cpu with no activation, A's scalars read from inp itself (see ``staging_pays``)
+@sized(lambda out, inp, wt, *_: out.shape[0] * wt.shape[1] * wt.shape[0])
+def linear_forward_cpu_direct(out: F2, inp: ti.types.ndarray(), wt: VA2, params: F1, b_off: ti.i32,
+                              vec_in: ti.template()):
+    # As linear_forward_cpu with no activation, A's scalars read from inp itself (see ``staging_pays``): inp is
+    # (B, IN) f32, or with vec_in the strips of vectors (ceil(IN / 16), B) a forward wrote for it (``vec_out``),
+    # zero past IN, read a vector a row and 16 k at a time   wt: W^T's strips (weight_panels), (ceil(OUT/16), IN)
     # Each row's sum is taken in blocks of KB terms, each block summed on its own and then added: the cnn's
     # 10,816-term sums in one running total lost several times more to float32 rounding than PyTorch's logits.
-    m_n, n_n, k_n = out.shape[0], out.shape[1], inp.shape[1]
+    m_n, n_n, k_n = out.shape[0], out.shape[1], wt.shape[1]
     mt, nt = (m_n + L - 1) // L, wt.shape[0]
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * nt):
@@ -594,10 +630,18 @@ def linear_forward_cpu_direct(out: F2, inp: F2, wt: VA2, params: F1, b_off: ti.i
             acc = [V(0.0) for _ in ti.static(range(ROWS))]
             for kb in range((k_n + KB - 1) // KB):
                 blk = [V(0.0) for _ in ti.static(range(ROWS))]
-                for k in range(kb * KB, ti.min(kb * KB + KB, k_n)):
-                    bv = wt[nb, k]
-                    for i in ti.static(range(ROWS)):
-                        madd(blk[i], inp[ti.min(m0 + i, m_n - 1), k], bv)
+                if ti.static(vec_in):
+                    for s in range(kb * KB // L, ti.min(kb * KB + KB, k_n + L - 1) // L):
+                        rows = [inp[s, ti.min(m0 + i, m_n - 1)] for i in ti.static(range(ROWS))]
+                        for l in ti.static(range(L)):
+                            bv = wt[nb, ti.min(s * L + l, k_n - 1)]  # (past IN: the lanes of inp are 0)
+                            for i in ti.static(range(ROWS)):
+                                madd(blk[i], rows[i][l], bv)
+                else:
+                    for k in range(kb * KB, ti.min(kb * KB + KB, k_n)):
+                        bv = wt[nb, k]
+                        for i in ti.static(range(ROWS)):
+                            madd(blk[i], inp[ti.min(m0 + i, m_n - 1), k], bv)
                 for i in ti.static(range(ROWS)):
                     acc[i] += blk[i]
             _store_act(out, acc, bias, m0, n0, 0)

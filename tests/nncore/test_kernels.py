@@ -75,10 +75,22 @@ def tile_rows(request):
     runtime.init("cpu-parallel")
 
 
-def layout_rng(request, layout):
-    """Both layouts see the same inputs: the random stream of the test's id without the layout."""
+def _as_strips(x: np.ndarray) -> np.ndarray:
+    """(B, N) as the strips of 16-wide vectors (ceil(N / 16), B, 16) the CPU kernels keep, zero past N."""
+    b, n = x.shape
+    padded = np.zeros((b, -(-n // KG.L) * KG.L), np.float32)
+    padded[:, :n] = x
+    return np.ascontiguousarray(padded.reshape(b, -1, KG.L).transpose(1, 0, 2))
+
+
+def layout_rng(request, layout, *same):
+    """Both layouts see the same inputs: the random stream of the test's id without the layout (nor the ids in
+    ``same``)."""
     runtime.ensure("cpu-parallel")
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.replace(f"{layout}-", "").encode()))
+    nodeid = request.node.nodeid.replace(f"{layout}-", "")
+    for ident in same:
+        nodeid = nodeid.replace(f"{ident}-", "")
+    return np.random.default_rng(zlib.crc32(nodeid.encode()))
 
 
 @pytest.mark.parametrize("b,n_in,n_out,cl_c", [(1, 1, 1, 0), (5, 37, 13, 0), (16, 16, 16, 0), (33, 48, 32, 0),
@@ -113,6 +125,11 @@ def test_linear_cpu_gemm(request, tile_rows, b, n_in, n_out, cl_c):
     KG.linear_forward_cpu(out, xp, wt, nd(params), w_off, b_off, cl_c, 0)
     assert np.array_equal(wt.to_numpy().transpose(0, 2, 1).reshape(-1, n_in), got_wt)
     assert rel_err(out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
+    # The output as strips of vectors (for a narrow Linear after it): the same values bit for bit, zero past OUT.
+    out_s = vec(KG.strips_shape(b, n_out))
+    out_s.from_numpy(np.full(out_s.shape + (KG.L,), np.nan, np.float32))
+    KG.linear_forward_cpu(out_s, xp, wt, nd(params), w_off, b_off, cl_c, 0, packed=True, n_out=n_out)
+    assert np.array_equal(out_s.to_numpy(), _as_strips(out.to_numpy()))
     xs, ds = vec(KG.strips_shape(b, n_in)), vec(KG.strips_shape(b, n_out))
     xs.from_numpy(np.full(xs.shape + (KG.L,), np.nan, np.float32))
     KG.stage_strips(xs, nd(x_k))
@@ -138,7 +155,12 @@ def test_linear_cpu_gemm(request, tile_rows, b, n_in, n_out, cl_c):
     dx, dw, db = R.linear_grads(x, w, dout)
     # The direct kernels (layers of few outputs), outputs poisoned so that a skipped element shows.
     direct_out, direct_dparams = nans(b, n_out), nd(np.full(params.size, 9.0))
-    KG.linear_forward_cpu_direct(direct_out, nd(x_k), wt, nd(params), b_off)
+    KG.linear_forward_cpu_direct(direct_out, nd(x_k), wt, nd(params), b_off, 0)
+    # The same from the input's strips (a forward's vec_out): the same sums in the same order, bit for bit.
+    strips_out, x_s = nans(b, n_out), vec(KG.strips_shape(b, n_in))
+    x_s.from_numpy(_as_strips(x_k.astype(np.float32)))
+    KG.linear_forward_cpu_direct(strips_out, x_s, wt, nd(params), b_off, 1)
+    assert np.array_equal(strips_out.to_numpy(), direct_out.to_numpy())
     KG.stage_dz(ds, direct_dparams, nd(dout), nd(dout), b_off, 0)
     KG.linear_dweight_cpu_narrow(direct_dparams, ds, nd(x_k), w_off, n_out, cl_c)
     assert rel_err(direct_out.to_numpy(), R.linear(x, w, bias)) < FWD_TOL
@@ -196,21 +218,26 @@ def test_linear_cpu_gemm_fused_activation(request, tile_rows, kind, act, dact, b
                                            (1, R.relu, lambda y: (y > 0).astype(float)),
                                            (2, R.sigmoid, lambda y: y * (1 - y)), (3, np.tanh, lambda y: 1 - y * y)])
 @pytest.mark.parametrize("b,n_out,n_next", [(5, 33, 10), (40, 67, 3), (17, 16, 31), (1, 1, 1), (3, 50, 17)])
-def test_stage_dz_from_next_linear(request, tile_rows, kind, act, dact, b, n_out, n_next):
+@pytest.mark.parametrize("vec_in", [0, 1], ids=["rows", "strips"])
+def test_stage_dz_from_next_linear(request, tile_rows, kind, act, dact, b, n_out, n_next, vec_in):
     """stage_dz_from (a wide Linear + activation whose output feeds a narrow Linear): the gradient at its
     pre-activation formed from the gradient at the narrow Linear's output and that Linear's weights, staged as
     strips (zero past OUT), the bias gradient, and the narrow Linear's weight gradient (its outputs in groups of
     the register tile's size, the last partial), against float64, with each tile layout; nothing written outside
-    the two gradients."""
-    rng = layout_rng(request, tile_rows)
+    the two gradients. vec_in: the output read from its strips (as a forward with vec_out writes it)."""
+    rng = layout_rng(request, tile_rows, "rows", "strips")
     out = act(f32(rng.normal(size=(b, n_out)) * 3))
+    out_k = nd(out)
+    if vec_in:
+        out_k = runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=KG.strips_shape(b, n_out))
+        out_k.from_numpy(_as_strips(out))
     w_next, d_next = f32(rng.normal(size=(n_next, n_out))), f32(rng.normal(size=(b, n_next)))
     wn_off = 1 + n_out  # (params and dparams share the layout: the bias at 1, the narrow Linear's W after it)
     params = np.concatenate([np.full(wn_off, 5.0), w_next.ravel(), [5.0]])
     ds = runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=KG.strips_shape(b, n_out))
     ds.from_numpy(np.full(ds.shape + (KG.L,), np.nan, np.float32))
     dparams = nd(np.full(params.size, 9.0))
-    KG.stage_dz_from(ds, dparams, nd(d_next), nd(params), nd(out), 1, wn_off, kind, n_next)
+    KG.stage_dz_from(ds, dparams, nd(d_next), nd(params), out_k, 1, wn_off, n_out, kind, n_next, vec_in)
     out64 = out.astype(np.float32).astype(np.float64)
     dz = (d_next @ w_next) * dact(out64)
     strips = ds.to_numpy().transpose(1, 0, 2).reshape(b, -1)  # (b, 16 * ceil(OUT / 16))

@@ -140,6 +140,12 @@ def test_narrow_linear_input_gradient_formed_where_used(arch, rng):
     plain.loss_grad(ws)
     plain.backward(ws)
     assert rel_err(grads, plain.grads.to_numpy()) < 1e-5
+    # The wide Linear's output, kept as strips of vectors between it and the narrow one: the same activations.
+    fused_ws = net.workspace(21)
+    fused_ws.load(x, y)
+    net.forward(fused_ws)
+    assert fused_ws.acts[3].shape == (3, 21)  # (ceil(37 / 16) strips, the batch)
+    assert rel_err(net.parts[1].fused.to_rows(fused_ws.acts[3].to_numpy()), ws.acts[3].to_numpy()) < 1e-6
 
 
 def _nbytes(arr) -> int:
