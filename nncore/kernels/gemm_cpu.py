@@ -16,6 +16,8 @@ sequentially through memory:
 Staging per product (all O(size of an operand), against the product's O(M*N*K)):
 - forward, out = act(inp @ W^T + b): A = inp as panels (``stage_panels``), B = W^T as strips, which are W's
   panels (packed from the parameters by the forward's own tasks, or by ``weight_panels`` for the direct one);
+  where a narrow Linear follows, out itself is kept as strips (``vec_out``), which that Linear's forward and
+  ``stage_dz_from`` read;
 - weight gradient, formed as dW^T = inp^T @ dz with dz = dout * act'(out): A = inp^T, whose panels are inp's
   strips (``stage_strips``), B = dz as strips (``stage_dz``, which also sums the bias gradient; ``stage_dz_from``
   where a narrow Linear follows and leaves its input gradient, this layer's dout, and its own weight gradient
