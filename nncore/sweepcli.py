@@ -49,8 +49,12 @@ def run_sweep_cli(args) -> int:
         except OSError as exc:
             raise ConfigError(f"--out {args.out}: cannot make the directory ({exc.strerror or exc})") from None
         check_output(out / "sweep.json", "--out")
-        points = sweep.run_sweep(model, archs, batches, filters, threads, args.steps, args.repeats, args.warmup,
-                                 progress=sweep._progress)
+        try:
+            points = sweep.run_sweep(model, archs, batches, filters, threads, args.steps, args.repeats, args.warmup,
+                                     progress=sweep._progress)
+        except KeyboardInterrupt:  # (before the first point ended: nothing to keep; "interrupted" on a line of
+            sys.stderr.write("\n")  # its own, not after the open progress line)
+            raise
         stopped = isinstance(points, sweep.Stopped)
         amdahl = None
         serial = next((p for p in points if p.arch == "cpu-serial"), None)

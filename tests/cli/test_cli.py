@@ -509,3 +509,31 @@ def test_a_ctrl_c_during_a_sweep_keeps_the_points_measured(tmp_path):
     (run,) = store.runs()
     assert run["status"] == "stopped" and run["kind"] == "sweep"
     assert [p["batch"] for p in store.run(run["id"])["points"]] == [16, 24]
+
+
+def test_a_ctrl_c_during_a_sweeps_first_point_says_so_on_a_line_of_its_own(tmp_path):
+    """Ctrl-C before a sweep's first point ends keeps nothing (exit 130, no files); "layerlab: interrupted" was
+    printed at the end of the open progress line, "sweep [----] 0/2 ...layerlab: interrupted"."""
+    import threading
+
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "sweep", "quadrant", "--archs", "cpu-serial",
+                             "--batch", "16,24", "--steps", "3000", "--repeats", "3", "--warmup", "1",
+                             "--out", str(tmp_path / "out"), "--store", str(tmp_path / "r.sqlite")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = bytearray()
+    reader = threading.Thread(target=lambda: [err.extend(b) for b in iter(lambda: os.read(proc.stderr.fileno(),
+                                                                                         4096), b"")])
+    reader.start()
+    deadline = time.monotonic() + 240
+    while b" 0/2 " not in err and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert b" 0/2 " in err, err.decode()  # the first point under way
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=120)
+    reader.join(10)
+    text = err.decode()
+    assert proc.returncode == 130 and "Traceback" not in text, text
+    lines = text.replace("\r", "\n").splitlines()
+    assert "layerlab: interrupted" in lines, text
+    assert not (tmp_path / "out" / "sweep.json").exists()
