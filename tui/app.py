@@ -630,6 +630,27 @@ class LayerlabApp(GuardedApp):
             return running and self.paused
         return True
 
+    def on_key(self, event) -> None:
+        """A run control pressed where it cannot act (its key is out of the footer then) says why, where it did
+        nothing at all. (Keys typed into a text field never get here.)"""
+        action = next((k.action for k in APP_KEYS if event.key in (k.plain, k.anywhere)), None)
+        if action not in ("start", "pause", "step", "stop") or self.screen is not self.screen_stack[0]:
+            return
+        if self.check_action(action, ()):
+            return
+        running = self.handle is not None
+        if action == "start":
+            why = "a run is going on: x (F9) stops it, then s (F6) starts the next"
+        elif action == "stop":
+            why = "nothing to stop: no run or sweep is going on"
+        elif not running:
+            why = f"no run to {'pause' if action == 'pause' else 'step'}: s (F6) starts one"
+        elif action == "pause":
+            why = "a distributed run cannot pause: its ranks step together; stop it instead"
+        else:
+            why = "n (F8) trains one step of a paused run: p (F7) pauses it first"
+        self.notify(why, markup=False)
+
     def key_label(self, action: str, label: str) -> str:
         """The footer's word for a key where it depends on the state: p resumes a paused run."""
         return "Resume" if action == "pause" and self.paused else label

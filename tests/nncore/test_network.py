@@ -443,11 +443,12 @@ CNN_WIDE = [{"type": "Conv2D", "out_channels": 5, "kernel_size": 3}, {"type": "R
             {"type": "Tanh"}, {"type": "Linear", "out_features": 5}]
 
 
-@pytest.mark.parametrize("arch,pool", [("cpu-serial", False), ("cpu-parallel", False), ("cpu-parallel", True)])
+@pytest.mark.parametrize("arch,pool,wide", [("cpu-serial", False, False), ("cpu-parallel", False, False),
+                                            ("cpu-parallel", True, False), ("cpu-serial", False, True),
+                                            ("cpu-parallel", True, True)])
 @pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.01)])
 @pytest.mark.parametrize("layers,shape,applied", [(MLP_ODD, [29], [True, True, True, False]),
                                                   (CNN_WIDE, [2, 9, 11], [False, False, True, False])])
-@pytest.mark.parametrize("wide", [False, True])
 def test_sgd_applied_in_backward_equals_the_optimizer_step(arch, pool, rng, momentum, weight_decay, layers, shape,
                                                            applied, wide, monkeypatch):
     # train_step applies SGD to the CPU's wide Linears as it forms their weight gradient (Part.sgd_range); the
@@ -486,8 +487,8 @@ def test_sgd_applied_in_backward_equals_the_optimizer_step(arch, pool, rng, mome
 
 
 @pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
-@pytest.mark.parametrize("layers,shape,kept", [(MLP_ODD, [29], {0}), (CNN_WIDE, [2, 9, 11], set())])
-@pytest.mark.parametrize("wide", [False, True])
+@pytest.mark.parametrize("layers,shape,kept,wide", [(MLP_ODD, [29], {0}, False), (CNN_WIDE, [2, 9, 11], set(), False),
+                                                    (MLP_ODD, [29], {0}, True)])
 def test_packed_weights_kept_between_steps(arch, rng, layers, shape, kept, wide, monkeypatch):
     # After a fused SGD step the wide Linears' W panels in that step's workspace hold the new W, and the next
     # forward on that workspace reads them without packing (Sequential._packed); a wide Linear that forms no

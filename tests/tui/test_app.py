@@ -157,6 +157,41 @@ async def test_pause_single_step_and_resume(fixed_env):
         await wait_for(pilot, lambda: app.handle is None)
 
 
+async def test_run_controls_that_cannot_act_say_why(fixed_env):
+    """s during a run, n while not paused, p, n and x with no run: their keys are out of the footer then, and
+    pressing them did nothing at all; now each says why in a notice. Typed into a text field they are text."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        notices = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
+        await pilot.press("3")
+        for key in ("p", "n", "x"):
+            await pilot.press(key)
+        await pilot.pause()
+        assert notices() == ["no run to pause: s (F6) starts one", "no run to step: s (F6) starts one",
+                             "nothing to stop: no run or sweep is going on"]
+        app.clear_notifications()
+        app.query_one("#epochs", Input).value = "500"  # long enough to outlast the test
+        await wait_for(pilot, lambda: app.settings_ok)
+        seen = recording(app)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: any(m["event"] == "step" for m in seen))
+        await pilot.press("s", "f6", "n")
+        await pilot.pause()
+        assert notices() == ["a run is going on: x (F9) stops it, then s (F6) starts the next"] * 2 + [
+            "n (F8) trains one step of a paused run: p (F7) pauses it first"]
+        assert len(app.runs) == 1  # no second run
+        app.clear_notifications()
+        await pilot.press("2")
+        field = app.query_one("#epochs", Input)
+        field.focus()
+        await pilot.press("end", "s", "n")
+        await pilot.pause()
+        assert field.value == "500sn" and notices() == []
+        assert app.handle is not None
+        await pilot.press("x")
+        await wait_for(pilot, lambda: app.handle is None)
+
+
 async def test_killed_child_keeps_partial_results_and_a_new_run_starts(fixed_env):
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
