@@ -476,13 +476,13 @@ def test_a_batch_larger_than_the_training_set_is_pointed_out():
     assert proc.returncode == 0 and "note:" not in proc.stdout and "25 steps per epoch" in proc.stdout
 
 
-def test_a_ctrl_c_during_a_sweep_keeps_the_points_measured(tmp_path):
-    """Ctrl-C ended a sweep with a traceback-free "interrupted" and nothing kept of the points it had measured;
-    now they are reported, written and recorded (as a stopped sweep), and the exit code is 130."""
+def _sweep_interrupted(tmp_path, batches: str, steps: str, at: bytes) -> tuple:
+    """A quadrant sweep on cpu-serial, sent SIGINT once its progress line shows ``at``; (process, stdout bytes,
+    stderr text) after it ends."""
     import threading
 
     proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "sweep", "quadrant", "--archs", "cpu-serial",
-                             "--batch", "16,24,32,40,48,56", "--steps", "1500", "--repeats", "3", "--warmup", "1",
+                             "--batch", batches, "--steps", steps, "--repeats", "3", "--warmup", "1",
                              "--out", str(tmp_path / "out"), "--store", str(tmp_path / "r.sqlite")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     err = bytearray()
@@ -490,14 +490,19 @@ def test_a_ctrl_c_during_a_sweep_keeps_the_points_measured(tmp_path):
                                                                                          4096), b"")])
     reader.start()
     deadline = time.monotonic() + 240
-    while b" 2/6 " not in err and proc.poll() is None and time.monotonic() < deadline:
+    while at not in err and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert b" 2/6 " in err, err.decode()  # two points measured, the third under way
+    assert at in err, err.decode()
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=120)
     reader.join(10)
-    out = proc.stdout.read()
-    text = err.decode()
+    return proc, proc.stdout.read(), err.decode()
+
+
+def test_a_ctrl_c_during_a_sweep_keeps_the_points_measured(tmp_path):
+    """Ctrl-C ended a sweep with a traceback-free "interrupted" and nothing kept of the points it had measured;
+    now they are reported, written and recorded (as a stopped sweep), and the exit code is 130."""
+    proc, out, text = _sweep_interrupted(tmp_path, "16,24,32,40,48,56", "1500", b" 2/6 ")  # the third point
     assert proc.returncode == 130 and "Traceback" not in text, text
     assert "the sweep stopped after 2 of 6 points" in text, text
     doc = json.loads((tmp_path / "out" / "sweep.json").read_text())
@@ -514,26 +519,7 @@ def test_a_ctrl_c_during_a_sweep_keeps_the_points_measured(tmp_path):
 def test_a_ctrl_c_during_a_sweeps_first_point_says_so_on_a_line_of_its_own(tmp_path):
     """Ctrl-C before a sweep's first point ends keeps nothing (exit 130, no files); "layerlab: interrupted" was
     printed at the end of the open progress line, "sweep [----] 0/2 ...layerlab: interrupted"."""
-    import threading
-
-    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "sweep", "quadrant", "--archs", "cpu-serial",
-                             "--batch", "16,24", "--steps", "3000", "--repeats", "3", "--warmup", "1",
-                             "--out", str(tmp_path / "out"), "--store", str(tmp_path / "r.sqlite")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    err = bytearray()
-    reader = threading.Thread(target=lambda: [err.extend(b) for b in iter(lambda: os.read(proc.stderr.fileno(),
-                                                                                         4096), b"")])
-    reader.start()
-    deadline = time.monotonic() + 240
-    while b" 0/2 " not in err and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert b" 0/2 " in err, err.decode()  # the first point under way
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=120)
-    reader.join(10)
-    text = err.decode()
+    proc, _, text = _sweep_interrupted(tmp_path, "16,24", "3000", b" 0/2 ")  # the first point under way
     assert proc.returncode == 130 and "Traceback" not in text, text
-    lines = text.replace("\r", "\n").splitlines()
-    assert "layerlab: interrupted" in lines, text
+    assert "layerlab: interrupted" in text.replace("\r", "\n").splitlines(), text
     assert not (tmp_path / "out" / "sweep.json").exists()
