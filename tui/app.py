@@ -43,6 +43,7 @@ HOME = {"model": "#layers", "settings": "#dataset", "train": "#start", "runs": "
         "analysis": "#sweep-run"}  # where focus goes when a view is shown
 RUN_ACTIONS = ("start", "pause", "step", "stop")
 QUIT_WAIT_S = 3.0  # quitting waits this long for a run or sweep to stop itself (then SIGTERM, then kill)
+NO_PAUSE = "a distributed run cannot pause: its ranks step together; stop it instead"
 STORE_WATCH_S = 2.0  # how often the shown Runs view checks the run store for runs recorded elsewhere
 
 
@@ -340,8 +341,7 @@ class LayerlabApp(GuardedApp):
         if self.handle is None:
             return
         if self.current is not None and self.current.ranks > 1:
-            self.notify("a distributed run cannot pause: its ranks step together; stop it instead",
-                        severity="warning")
+            self.notify(NO_PAUSE, severity="warning")
             return
         self.paused = not self.paused
         if self.paused:
@@ -634,7 +634,7 @@ class LayerlabApp(GuardedApp):
         """A run control pressed where it cannot act (its key is out of the footer then) says why, where it did
         nothing at all. (Keys typed into a text field never get here.)"""
         action = next((k.action for k in APP_KEYS if event.key in (k.plain, k.anywhere)), None)
-        if action not in ("start", "pause", "step", "stop") or self.screen is not self.screen_stack[0]:
+        if action not in RUN_ACTIONS or self.screen is not self.screen_stack[0]:
             return
         if self.check_action(action, ()):
             return
@@ -646,7 +646,7 @@ class LayerlabApp(GuardedApp):
         elif not running:
             why = f"no run to {'pause' if action == 'pause' else 'step'}: s (F6) starts one"
         elif action == "pause":
-            why = "a distributed run cannot pause: its ranks step together; stop it instead"
+            why = NO_PAUSE
         else:
             why = "n (F8) trains one step of a paused run: p (F7) pauses it first"
         self.notify(why, markup=False)

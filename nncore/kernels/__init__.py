@@ -23,6 +23,12 @@ I1 = ti.types.ndarray(dtype=ti.i32, ndim=1)
 I2 = ti.types.ndarray(dtype=ti.i32, ndim=2)
 
 
+def pool_threads() -> int:
+    """The threads of the current runtime's pool (1 where there is none yet), which kernels split their work
+    into tasks for."""
+    return max(1, getattr(runtime.current(), "threads", 1) or 1)
+
+
 def chunk() -> int:
     """Elements per thread in element-wise and sliding-window kernels.
 

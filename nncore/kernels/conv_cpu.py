@@ -17,7 +17,7 @@ with no lane idle and no scalar stores of the pooled values.
 import taichi as ti
 
 from .. import runtime
-from . import F1, F2, kernel, n_elems, sized
+from . import F1, F2, kernel, n_elems, pool_threads, sized
 from .fma import madd, vmadd
 
 L = 16
@@ -93,7 +93,7 @@ def blocks_together(n_ob: int, per_block: int, budget: int, tasks_per_block: int
     (beyond it they spill: the weight gradient's 4 x 10 ran 1.5x slower than 2 x 10), and, where a kernel's tasks
     are counted by block (``tasks_per_block`` tasks a block), while that leaves two tasks a thread; else 1.
     Each input pixel loaded then feeds that many FMAs."""
-    threads = max(1, getattr(runtime.current(), "threads", 1) or 1)
+    threads = pool_threads()
     for n in (4, 2):
         if (n_ob % n == 0 and n * per_block <= budget
                 and (not tasks_per_block or tasks_per_block * (n_ob // n) >= 2 * threads)):

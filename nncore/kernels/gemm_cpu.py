@@ -38,7 +38,7 @@ channels-last from a fused conv part maps its features to W's columns where it p
 import taichi as ti
 
 from .. import runtime
-from . import F1, F2, n_elems, sized
+from . import F1, F2, n_elems, pool_threads, sized
 from .fma import madd
 
 L = 16  # lanes of the vectors: a panel holds 16 rows, a strip 16 columns, a tile is 16 x 16
@@ -397,6 +397,18 @@ def _store_out(out: ti.template(), acc: ti.template(), bias, m0, nb, n_n, kind: 
 
 
 @ti.func
+def _forward_panel(out: ti.template(), xp: ti.template(), wt: ti.template(), bias: ti.template(), mb, nb, n_n,
+                   kind: ti.template(), cols: ti.template(), vec_out: ti.template()):
+    """The forward's tiles of the input's panel mb at W's strips nb..nb+cols-1 (``bias``: their biases), stored
+    through _store_out."""
+    for g in range(_groups(_batch(out, vec_out) - mb * L)):
+        r0 = g * ROWS
+        acc = _tile(xp, wt, mb, nb, xp.shape[1], r0, cols)
+        for j in ti.static(range(cols)):
+            _store_out(out, acc, bias[j], mb * L + r0, nb + j, n_n, kind, j, vec_out)
+
+
+@ti.func
 def _bias(params: ti.template(), b_off, n0, n_n):
     return V([params[b_off + ti.min(n0 + l, n_n - 1)] for l in ti.static(range(L))])
 
@@ -411,7 +423,6 @@ def linear_forward_tiles(out: ti.types.ndarray(), xp: VA2, wt: VA2, params: F1, 
     # else already holding this W   params[w_off:]: W (OUT, IN)   params[b_off:]: b (OUT,)   n_n: OUT
     # cl_c: see _column   cols: the register tile's strips (tile_cols)   groups: groups of cols strips per
     # task, or with by_rows (only where pack is 0) the input's panels per task (linear_forward_cpu)
-    k_n = xp.shape[1]
     mt, nt = xp.shape[0], wt.shape[0]
     if ti.static(by_rows):
         # A task takes ``groups`` of the input's panels (kept in its core's cache) for every column, W's strips a
@@ -423,11 +434,7 @@ def linear_forward_tiles(out: ti.types.ndarray(), xp: VA2, wt: VA2, params: F1, 
                 nb = c * cols
                 bias = [_bias(params, b_off, (nb + j) * L, n_n) for j in ti.static(range(cols))]
                 for mb in range(t * groups, ti.min(t * groups + groups, mt)):
-                    for g in range(_groups(_batch(out, vec_out) - mb * L)):
-                        r0 = g * ROWS
-                        acc = _tile(xp, wt, mb, nb, k_n, r0, cols)
-                        for j in ti.static(range(cols)):
-                            _store_out(out, acc, bias[j], mb * L + r0, nb + j, n_n, kind, j, vec_out)
+                    _forward_panel(out, xp, wt, bias, mb, nb, n_n, kind, cols, vec_out)
     else:
         ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
         for t in range((nt + groups * cols - 1) // (groups * cols)):
@@ -445,28 +452,20 @@ def linear_forward_tiles(out: ti.types.ndarray(), xp: VA2, wt: VA2, params: F1, 
                     nb = n0 + s * cols
                     if nb < nt:
                         bias = [_bias(params, b_off, (nb + j) * L, n_n) for j in ti.static(range(cols))]
-                        for g in range(_groups(_batch(out, vec_out) - mb * L)):
-                            r0 = g * ROWS
-                            acc = _tile(xp, wt, mb, nb, k_n, r0, cols)
-                            for j in ti.static(range(cols)):
-                                _store_out(out, acc, bias[j], mb * L + r0, nb + j, n_n, kind, j, vec_out)
+                        _forward_panel(out, xp, wt, bias, mb, nb, n_n, kind, cols, vec_out)
 
 
-def _threads() -> int:
-    return max(1, getattr(runtime.current(), "threads", 1) or 1)
-
-
-def forward_groups(n_out: int, cols: int = 0) -> int:
-    """Groups of ``cols`` (COLS) strips per task of the staged forward: up to 4 (each input panel read from
-    memory once for 4x the columns), while the tasks still number at least four per thread."""
-    return max(1, min(4, -(-n_out // L) // (cols or COLS) // (4 * _threads())))
+def forward_groups(n_out: int) -> int:
+    """Groups of COLS strips per task of the staged forward: up to 4 (each input panel read from memory once for
+    4x the columns), while the tasks still number at least four per thread."""
+    return max(1, min(4, -(-n_out // L) // COLS // (4 * pool_threads())))
 
 
 def forward_panels(batch: int) -> int:
     """The input's panels per task of the staged forward by rows: four tasks a thread (the cooperative step's
     share of fixed blocks and claimed chunks, nncore.coop, then evens them out)."""
     mt = -(-batch // L)
-    return -(-mt // (4 * _threads()))
+    return -(-mt // (4 * pool_threads()))
 
 
 def linear_forward_cpu(out, xp, wt, params, w_off: int, b_off: int, cl_c: int, kind: int, packed: bool = False,
