@@ -38,9 +38,13 @@ from . import runtime
 from .runtime import ti
 
 # How a loop's n iterations are shared among nt threads: each takes a fixed block of SHARE * n / nt, the rest
-# goes in chunks of (rest / (CHUNKS * nt)) claimed from a counter, so a thread slowed down (a shared VM) is
-# made up for, with few claims (each an atomic on a line both cores write: about 0.1 us).
-SHARE = (3, 4)
+# goes in chunks of (rest / (CHUNKS * nt)) claimed from a counter (about 0.1 us a claim: an atomic on a line both
+# cores write). All of them in fixed blocks: thread t takes the t-th of nt equal parts of every loop, so where
+# two loops run over the batch in order (the conv forward by sample, the narrow Linear's sums by halves of the
+# batch), each core reads the rows it wrote, where a quarter claimed in chunks sent them to either core
+# (docs/LOG.md, "cnn64's halves"). A thread slowed down on a shared VM then holds the others up at the barrier;
+# graph.StepGraphs' duel moves a step that loses by it back to Taichi's loops.
+SHARE = (1, 1)
 CHUNKS = 4
 # The sync field's slots, a cache line apart (64 bytes): arrivals at the barrier, its generation, the claim
 # counter, and a zero that the spin loops add (an atomic read the compiler cannot fold away).
@@ -265,8 +269,8 @@ class _Rewriter:
             ds = [self.name("d") for _ in dims]
             lines += [f"{d} = {x}" for d, x in zip(ds, dims)]
             lines.append(f"{n} = " + " * ".join(ds))
-        # Each thread first runs a static block of SHARE of the iterations (the same block every step: what it
-        # wrote last step is still in its cache), then the rest in chunks claimed in turn.
+        # Each thread first runs a static block of SHARE of the iterations (the same block every step and every
+        # loop of this length: what it wrote there is still in its cache), then the rest in chunks claimed in turn.
         lines += [f"{st} = ({SHARE[0]} * {n}) // ({SHARE[1]} * _nt)",
                   f"{c} = ti.max(1, ({n} - _nt * {st}) // ({CHUNKS} * _nt))",
                   f"{k} = _tid * {st}",

@@ -175,6 +175,8 @@ class ConvReluPool:
         shapes = {"argmax": ("vi8", (batch, ph * pw, self.blocks)), "wv": ("v16", (self.taps + 1, self.blocks)),
                   "part": ("v16", (min(batch, PARTIAL_BLOCKS), self.taps + 1, self.blocks)),
                   "wc": ("v16", (ph * pw, self.linear.out_features, self.blocks) if self.linear else (1, 1, 1))}
+        if self.linear:  # (the narrow Linear's weight gradient, summed by halves of the batch: linear_dweight_pooled)
+            shapes["half"] = ("v16", (K_cpu.HALVES, *shapes["wc"][1]))
         if any(c.padding):  # the input with its padding written out; without padding the kernels read the input
             shapes["xp"] = ("f32", (batch, c.c * (c.h + 2 * c.padding[0]) * (c.w + 2 * c.padding[1])))
         return shapes

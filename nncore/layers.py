@@ -197,7 +197,7 @@ class Linear(Layer):
         if self.pooled_in:  # (its input gradient: the fused part's, from dout)
             kv, most = K_conv_cpu.budget()["pooled_dweight"]
             kv = kv if inp.shape[2] % kv == 0 else 1  # channel blocks a task
-            K_conv_cpu.linear_dweight_pooled(dparams, dout, inp, w_off, b_off, self.cl_c,
+            K_conv_cpu.linear_dweight_pooled(dparams, scratch["half"], dout, inp, w_off, b_off, self.cl_c,
                                              K_conv_cpu.output_groups(self.out_features, most), kv)
         elif "wt" in scratch:
             if need_dinp:

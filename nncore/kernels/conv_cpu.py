@@ -257,7 +257,9 @@ def dweight_reduce(dparams: F1, part: VA3, w_off: ti.i32, b_off: ti.i32, n_oc: t
 
 def output_groups(n_out: int, most: int) -> int:
     """Outputs per task in the pooled Linear's kernels: all of a narrow layer's, or an even share of them
-    within ``most`` (``budget``), so a task's accumulators stay in registers."""
+    within ``most`` (``budget``), so a task's accumulators stay in registers. A last group that would run past
+    the outputs starts earlier instead and stores only its own: every task then reads its outputs at fixed
+    offsets from one index (a clamp per output kept ten index computations in the inner loop)."""
     groups = -(-n_out // most)
     return -(-n_out // groups)
 
@@ -275,52 +277,70 @@ def linear_forward_pooled(out: F2, pv: VA3, wc: VA3, params: F1, b_off: ti.i32, 
     mt, ng = (m_n + nr - 1) // nr, (n_out + no - 1) // no
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
     for t in range(mt * ng):
-        m0, o0 = t // ng * nr, t % ng * no
+        m0, g0 = t // ng * nr, t % ng * no
+        o0 = ti.min(g0, n_out - no)  # (see ``output_groups``)
         acc = [V(0.0) for _ in ti.static(range(nr * no))]
         for pos in range(n_pos):
             for ob in range(n_ob):
-                w = [wc[pos, ti.min(o0 + o, n_out - 1), ob] for o in ti.static(range(no))]
+                w = [wc[pos, o0 + o, ob] for o in ti.static(range(no))]
                 for i in ti.static(range(nr)):
                     x = pv[ti.min(m0 + i, m_n - 1), pos, ob]
                     for o in ti.static(range(no)):
                         vmadd(acc[i * no + o], x, w[o])
         for i, o in ti.static(ti.ndrange(nr, no)):
-            if m0 + i < m_n and o0 + o < n_out:
+            if m0 + i < m_n and o0 + o >= g0:
                 out[m0 + i, o0 + o] = acc[i * no + o].sum() + params[b_off + o0 + o]
 
 
-@sized(lambda dparams, dout, pv, *_: n_elems(dout) * pv.shape[1] * pv.shape[2] * L // 20)
-def linear_dweight_pooled(dparams: F1, dout: F2, pv: VA3, w_off: ti.i32, b_off: ti.i32, n_oc: ti.i32,
+HALVES = 2  # blocks of samples linear_dweight_pooled sums apart, then adds (see there)
+VA4 = ti.types.ndarray(dtype=V, ndim=4)
+
+
+@sized(lambda dparams, half, dout, pv, *_: n_elems(dout) * pv.shape[1] * pv.shape[2] * L // 20)
+def linear_dweight_pooled(dparams: F1, half: VA4, dout: F2, pv: VA3, w_off: ti.i32, b_off: ti.i32, n_oc: ti.i32,
                           no: ti.template(), kv: ti.template()):
     # dparams[w_off:]: dW (OUT, OC*PH*PW), PyTorch's columns, = dz^T @ pooled; dparams[b_off:]: db
+    # half: (HALVES, PH*PW, OUT, OCB) the sums over each half of the batch, W's vectors' layout (as wc)
     # dout: dz (B, OUT)   pv: as linear_forward_pooled's   no: outputs per task   kv: channel blocks per task
-    # Vectorised along the pooled channels: for each position, a task sums over the batch, for kv channel
-    # blocks and no outputs, a scalar of dz times a vector of pv. A task takes PB positions in a row: its
-    # stores, a channel's positions PyTorch's columns apart, then fill whole lines (one position a task left
-    # each line to 16 tasks). One more task sums the bias gradient.
+    # Two loops. The first sums each half of the batch on its own, a task a half's PB positions, kv channel
+    # blocks and no outputs: for each position, a scalar of dz times a vector of pv, summed over the half's
+    # samples. On two threads each thread then reads the pooled rows it wrote in the conv forward (the
+    # cooperative step gives the halves of both loops to the same threads: nncore.coop), where a sum over the
+    # whole batch read half its rows from the other core's cache. The second adds the two halves and stores
+    # dW in PyTorch's columns, a task PB positions of one output's 16 channels (whole lines of dW); one more
+    # task sums the bias gradient. The halves are fixed, whatever the threads: results do not depend on them.
     m_n, n_out = dout.shape[0], dout.shape[1]
     n_pos, n_ob = pv.shape[1], pv.shape[2]
     nk, ng, n_pb = n_ob // kv, (n_out + no - 1) // no, (n_pos + PB - 1) // PB
     ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
-    for t in range(n_pb * nk * ng + 1):
-        if t == n_pb * nk * ng:
+    for t in range(HALVES * n_pb * nk * ng):
+        h, pb, ob0, g0 = t // (n_pb * nk * ng), t // (nk * ng) % n_pb, t // ng % nk * kv, t % ng * no
+        o0 = ti.min(g0, n_out - no)  # (see ``output_groups``)
+        for pos in range(pb * PB, ti.min(pb * PB + PB, n_pos)):
+            acc = [V(0.0) for _ in ti.static(range(kv * no))]
+            for m in range(h * m_n // HALVES, (h + 1) * m_n // HALVES):
+                x = [pv[m, pos, ob0 + j] for j in ti.static(range(kv))]
+                for o in ti.static(range(no)):
+                    s = dout[m, o0 + o]
+                    for j in ti.static(range(kv)):
+                        madd(acc[j * no + o], s, x[j])
+            for j, o in ti.static(ti.ndrange(kv, no)):
+                if o0 + o >= g0:
+                    half[h, pos, o0 + o, ob0 + j] = acc[j * no + o]
+    ti.loop_config(block_dim=runtime.coarse_block, serialize=runtime.serial)
+    for t in range(n_out * n_ob * n_pb + 1):
+        if t == n_out * n_ob * n_pb:
             for o in range(n_out):
                 s = 0.0
                 for m in range(m_n):
                     s += dout[m, o]
                 dparams[b_off + o] = s
         else:
-            pb, ob0, o0 = t // (nk * ng), t // ng % nk * kv, t % ng * no
+            o, ob, pb = t // (n_ob * n_pb), t // n_pb % n_ob, t % n_pb
+            at = w_off + (o * n_oc + ob * L) * n_pos
             for pos in range(pb * PB, ti.min(pb * PB + PB, n_pos)):
-                acc = [V(0.0) for _ in ti.static(range(kv * no))]
-                for m in range(m_n):
-                    x = [pv[m, pos, ob0 + j] for j in ti.static(range(kv))]
-                    for o in ti.static(range(no)):
-                        s = dout[m, ti.min(o0 + o, n_out - 1)]
-                        for j in ti.static(range(kv)):
-                            madd(acc[j * no + o], s, x[j])
-                for j, o in ti.static(ti.ndrange(kv, no)):
-                    if o0 + o < n_out:
-                        at = w_off + (o0 + o) * n_oc * n_pos + pos
-                        for l in range(ti.min(L, n_oc - (ob0 + j) * L)):
-                            dparams[at + ((ob0 + j) * L + l) * n_pos] = acc[j * no + o][l]
+                v = half[0, pos, o, ob]
+                for hh in ti.static(range(1, HALVES)):
+                    v += half[hh, pos, o, ob]
+                for l in range(ti.min(L, n_oc - ob * L)):
+                    dparams[at + l * n_pos + pos] = v[l]

@@ -681,3 +681,37 @@ def test_conv_blocks_together_keep_within_the_register_budget(monkeypatch):
     assert conv_cpu.blocks_together(4, 9, 16) == 1  # 3x3 windows
     assert conv_cpu.blocks_together(3, 4, 16) == 1 and conv_cpu.blocks_together(6, 4, 16) == 2
     assert conv_cpu.blocks_together(2, 10, 20, 1) == 1  # 2 tasks for 2 threads would be too few
+
+
+@pytest.mark.parametrize("b,n_oc,n_pos,n_out,no,kv", [
+    (1, 21, 9, 7, 4, 1),  # one sample: the first half of the batch empty; 7 outputs in groups of 4 (the last moved back)
+    (33, 40, 19, 10, 10, 3),  # halves of 16 and 17; three channel blocks, the last partial; 19 positions: PB and 3 more
+    (8, 16, 17, 25, 9, 1)])  # 25 outputs in three groups of 9
+def test_pooled_linear_against_float64(rng, b, n_oc, n_pos, n_out, no, kv):
+    """The narrow Linear after a fused conv part (nncore.kernels.conv_cpu): its forward and its weight and bias
+    gradients, summed by halves of the batch, from the pooled output as 16-wide channel vectors, against
+    float64; dW comes back in PyTorch's (C, H, W) columns."""
+    from nncore.kernels import conv_cpu as CC
+
+    runtime.ensure("cpu-parallel")
+    n_ob = -(-n_oc // 16)
+    n_ob += (kv - n_ob % kv) % kv  # (the kernels need kv to divide the blocks: zero vectors past OC)
+    pooled = rng.normal(size=(b, n_pos, n_oc))  # channels-last
+    w, bias, dz = rng.normal(size=(n_out, n_oc * n_pos)), rng.normal(size=n_out), rng.normal(size=(b, n_out))
+    pv = np.zeros((b, n_pos, n_ob * 16), np.float32)
+    pv[:, :, :n_oc] = pooled
+    params = np.concatenate([w.ravel(), bias]).astype(np.float32)
+    wc = ti.Vector.ndarray(16, ti.f32, shape=(n_pos, n_out, n_ob))
+    pv_nd = ti.Vector.ndarray(16, ti.f32, shape=(b, n_pos, n_ob))
+    pv_nd.from_numpy(pv.reshape(b, n_pos, n_ob, 16))
+    CC.pack_linear_weights(wc, nd(params), 0, n_oc)
+    out = nans(b, n_out)
+    CC.linear_forward_pooled(out, pv_nd, wc, nd(params), n_out * n_oc * n_pos, no, 2)
+    x = f32(pooled).transpose(0, 2, 1).reshape(b, -1)  # PyTorch's (C, H, W) order
+    assert rel_err(out.to_numpy(), x @ f32(w).T + f32(bias)) < FWD_TOL
+    dparams = nans(len(params))
+    half = ti.Vector.ndarray(16, ti.f32, shape=(CC.HALVES, n_pos, n_out, n_ob))
+    CC.linear_dweight_pooled(dparams, half, nd(dz.astype(np.float32)), pv_nd, 0, n_out * n_oc * n_pos, n_oc, no, kv)
+    got = dparams.to_numpy()
+    assert rel_err(got[:w.size].reshape(w.shape), f32(dz).T @ x) < BWD_TOL
+    assert rel_err(got[w.size:], f32(dz).sum(0)) < BWD_TOL
