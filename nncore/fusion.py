@@ -85,6 +85,11 @@ class Part:
         runner = self.fused or self.layers[0]
         return runner.linear if isinstance(runner, LinearAct) else runner
 
+    def has_panels(self) -> bool:
+        """Whether this part keeps W in the workspace as panels that a step's SGD updates (``pack_weight``): an
+        ``sgd_range``'s staged Linear; the pooled Linear packs its W at every forward."""
+        return self.sgd_range() is not None and not self._linear().pooled_in
+
     def pack_weight(self, ws, params) -> None:
         """Pack W from params into the workspace's W panels (what the forward does when not ``packed``)."""
         lin = self._linear()
@@ -107,10 +112,11 @@ class Part:
 
     def sgd_range(self) -> tuple[int, int] | None:
         """The (lo, hi) range of the parameter buffer, a Linear's W, to which backward can apply SGD's step as
-        it forms the gradient; None where it cannot. Not for a Linear whose W another part reads in backward
-        (its input gradient computed elsewhere)."""
+        it forms the gradient; None where it cannot. Not for a Linear whose W another part reads from params in
+        backward (its input gradient computed elsewhere), which leaves the narrow Linear after a fused conv part:
+        that part reads W as the vectors this Linear's forward packed."""
         lin = self._linear()
-        if not isinstance(lin, Linear) or self.dinp_elsewhere or not lin.applies_sgd():
+        if not isinstance(lin, Linear) or (self.dinp_elsewhere and not lin.pooled_in) or not lin.applies_sgd():
             return None
         lo = lin.offsets["weight"]
         return lo, lo + lin.out_features * lin.in_features

@@ -197,8 +197,9 @@ class Linear(Layer):
         if self.pooled_in:  # (its input gradient: the fused part's, from dout)
             kv, most = K_conv_cpu.budget()["pooled_dweight"]
             kv = kv if inp.shape[2] % kv == 0 else 1  # channel blocks a task
+            step = (0, dparams, dparams, 0.0, 0.0, 0.0) if sgd is None else (sgd[0], params, *sgd[1:])
             K_conv_cpu.linear_dweight_pooled(dparams, scratch["half"], dout, inp, w_off, b_off, self.cl_c,
-                                             K_conv_cpu.output_groups(self.out_features, most), kv)
+                                             K_conv_cpu.output_groups(self.out_features, most), kv, *step)
         elif "wt" in scratch:
             if need_dinp:
                 K_gemm.stage_panels(scratch["dp"], dout, out, kind)
@@ -220,8 +221,10 @@ class Linear(Layer):
                                         dpartial=scratch.get("dpartial"), tail=tail)
 
     def applies_sgd(self) -> bool:
-        """Whether backward can apply SGD's step to W itself (the CPU's staged weight gradient)."""
-        return on_cpu() and K_gemm.staging_pays(self.out_features)
+        """Whether backward can apply SGD's step to W itself (the CPU's staged weight gradient, and the narrow
+        Linear after a fused conv part, whose input gradient that part forms from W's vectors packed in the
+        forward, not from params)."""
+        return on_cpu() and (self.pooled_in or K_gemm.staging_pays(self.out_features))
 
 
 class _Activation(Layer):

@@ -323,7 +323,7 @@ class Sequential:
         parts' panels in ``ws`` are packed now, outside the step's graph: every step then runs the same graph,
         whose forward reads the panels as they are (a step that packed them itself would be another graph to
         build, at step 1 and again after each change of workspace)."""
-        parts = frozenset(k for k, p in enumerate(self.parts) if p.sgd_range() in applied)
+        parts = frozenset(k for k, p in enumerate(self.parts) if p.sgd_range() in applied and p.has_panels())
         keep = frozenset(k for k in parts if not self.need_dinp[self.parts[k].first])
         current = self._packed is not None and self._packed[0] is ws and parts <= self._packed[1]
         if not current or not self._packed[2] <= keep:

@@ -19,6 +19,7 @@ import taichi as ti
 from .. import runtime
 from . import F1, F2, kernel, n_elems, pool_threads, sized
 from .fma import madd, vmadd
+from .optim import sgd_element
 
 L = 16
 V = ti.types.vector(L, ti.f32)
@@ -298,7 +299,8 @@ VA4 = ti.types.ndarray(dtype=V, ndim=4)
 
 @sized(lambda dparams, half, dout, pv, *_: n_elems(dout) * pv.shape[1] * pv.shape[2] * L // 20)
 def linear_dweight_pooled(dparams: F1, half: VA4, dout: F2, pv: VA3, w_off: ti.i32, b_off: ti.i32, n_oc: ti.i32,
-                          no: ti.template(), kv: ti.template()):
+                          no: ti.template(), kv: ti.template(), sgd: ti.template(), params: F1, velocity: F1,
+                          lr: ti.f32, momentum: ti.f32, weight_decay: ti.f32):
     # dparams[w_off:]: dW (OUT, OC*PH*PW), PyTorch's columns, = dz^T @ pooled; dparams[b_off:]: db
     # half: (HALVES, PH*PW, OUT, OCB) the sums over each half of the batch, W's vectors' layout (as wc)
     # dout: dz (B, OUT)   pv: as linear_forward_pooled's   no: outputs per task   kv: channel blocks per task
@@ -309,6 +311,8 @@ def linear_dweight_pooled(dparams: F1, half: VA4, dout: F2, pv: VA3, w_off: ti.i
     # whole batch read half its rows from the other core's cache. The second adds the two halves and stores
     # dW in PyTorch's columns, a task PB positions of one output's 16 channels (whole lines of dW); one more
     # task sums the bias gradient. The halves are fixed, whatever the threads: results do not depend on them.
+    # sgd 1 or 2 (optim.SGD.fused()'s mode): W in params gets SGD's step (velocity, lr, momentum, weight_decay)
+    # there instead of its gradient in dparams, as sgd_step would give it; 0: dW to dparams.
     m_n, n_out = dout.shape[0], dout.shape[1]
     n_pos, n_ob = pv.shape[1], pv.shape[2]
     nk, ng, n_pb = n_ob // kv, (n_out + no - 1) // no, (n_pos + PB - 1) // PB
@@ -343,4 +347,7 @@ def linear_dweight_pooled(dparams: F1, half: VA4, dout: F2, pv: VA3, w_off: ti.i
                 for hh in ti.static(range(1, HALVES)):
                     v += half[hh, pos, o, ob]
                 for l in range(ti.min(L, n_oc - ob * L)):
-                    dparams[at + l * n_pos + pos] = v[l]
+                    if ti.static(sgd):
+                        sgd_element(params, velocity, at + l * n_pos + pos, v[l], sgd, (lr, momentum, weight_decay))
+                    else:
+                        dparams[at + l * n_pos + pos] = v[l]

@@ -664,3 +664,36 @@ def test_the_step_joins_kernels_only_where_it_pays(monkeypatch):
     assert narrow._loss_in_forward(KT.LOSS_JOIN_MAX_BATCH)
     assert not narrow._loss_in_forward(KT.LOSS_JOIN_MAX_BATCH + 1)
     assert not small._loss_in_forward(64)  # (its last Linear has 64 inputs: no split forward)
+
+
+CNN_POOLED = [{"type": "Conv2D", "out_channels": 21, "kernel_size": 3}, {"type": "ReLU"},
+              {"type": "MaxPool2D", "kernel_size": 2}, {"type": "Flatten"}, {"type": "Linear", "out_features": 7}]
+
+
+@pytest.mark.parametrize("arch", ["cpu-serial", "cpu-parallel"])
+@pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.01)])
+def test_sgd_applied_in_the_pooled_linears_weight_gradient(arch, rng, momentum, weight_decay):
+    """The narrow Linear after a fused conv part (its input as channel vectors, kernels.conv_cpu) steps its W
+    with SGD as it adds its gradient's halves; the conv part's gradient reads the W packed in the forward. After
+    3 steps at batch 33 (halves of 16 and 17), weights and velocity equal backward then SGD.step bit for bit."""
+    runtime.init(arch)
+    nets = [Sequential(CNN_POOLED, [1, 12, 13], "cross_entropy", seed=3) for _ in range(2)]
+    assert nets[0].layers[4].pooled_in and nets[0].parts[-1].sgd_range() is not None
+    opts = [SGD(n.n_params, lr=0.2, momentum=momentum, weight_decay=weight_decay) for n in nets]
+    for _ in range(3):
+        x, y = rng.normal(size=(33, 12 * 13)), rng.integers(0, 7, size=33)
+        for net, opt, fused in zip(nets, opts, (True, False)):
+            ws = net.workspace(33)
+            ws.load(x, y)
+            if fused:
+                net.train_step(ws, opt)
+            else:
+                net.forward(ws)
+                net.loss_grad(ws)
+                net.backward(ws)
+                opt.step(net.params, net.grads)
+    a, b = nets[0].state_dict(), nets[1].state_dict()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    start = Sequential(CNN_POOLED, [1, 12, 13], "cross_entropy", seed=3).state_dict()
+    assert all(not np.array_equal(a[k], start[k]) for k in a if k.endswith("weight"))
+    assert np.array_equal(opts[0].state_dict()["velocity"], opts[1].state_dict()["velocity"])
