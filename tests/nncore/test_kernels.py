@@ -711,7 +711,8 @@ def test_pooled_linear_against_float64(rng, b, n_oc, n_pos, n_out, no, kv):
     assert rel_err(out.to_numpy(), x @ f32(w).T + f32(bias)) < FWD_TOL
     dparams = nans(len(params))
     half = ti.Vector.ndarray(16, ti.f32, shape=(CC.HALVES, n_pos, n_out, n_ob))
-    CC.linear_dweight_pooled(dparams, half, nd(dz.astype(np.float32)), pv_nd, 0, n_out * n_oc * n_pos, n_oc, no, kv)
+    CC.linear_dweight_pooled(dparams, half, nd(dz.astype(np.float32)), pv_nd, 0, n_out * n_oc * n_pos, n_oc, no, kv,
+                             0, dparams, dparams, 0.0, 0.0, 0.0)  # (no SGD: dW to dparams)
     got = dparams.to_numpy()
     assert rel_err(got[:w.size].reshape(w.shape), f32(dz).T @ x) < BWD_TOL
     assert rel_err(got[w.size:], f32(dz).sum(0)) < BWD_TOL
