@@ -13,9 +13,10 @@ With a :class:`~nncore.distributed.Cluster` the run is one rank of a data-parall
 gradients before the optimizer step; only rank 0 evaluates, checkpoints and saves weights, and its events carry
 every rank's timing.
 
-Per-layer timing: every ``timing_every``-th step (never the first, which compiles the kernels) runs with a
-device sync after the batch gather, after each layer's forward, after the loss, after each layer's backward
-and after the optimizer, timing each part with ``perf_counter``. Figures are means over an epoch's timed steps.
+Per-layer timing: every ``timing_every``-th step (never a batch size's first, which compiles its kernels) runs
+with a device sync after the batch gather, after each layer's forward, after the loss, after each layer's
+backward and after the optimizer, timing each part with ``perf_counter``. Figures are means over an epoch's
+timed steps.
 """
 from __future__ import annotations
 
@@ -116,6 +117,9 @@ class Trainer:
         if self.every and not checkpoint:
             raise ConfigError("--checkpoint-every needs --checkpoint FILE")
         self.epoch = self.step = 0
+        # Batch sizes that have run an untimed step: a size's first step compiles its kernels (a last partial
+        # batch's in-place variants: about 0.1 s on the cnn's Linear), which a timed step would report as its time.
+        self.warm_batches: set[int] = set()
         self.log_next = False  # set by a controller (the app's single-step) to report the next step's loss
         # While an epoch's steps run (not distributed): emits a Step event for the last step taken, for a
         # controller that pauses between two logged steps (the app's pause), so the step shown is the true one.
@@ -294,7 +298,7 @@ class Trainer:
                 self.opt.step(self.net.params, self.net.grads)
             else:
                 ws = self.net.workspace(nb)
-                if self.step > 1 and self.step % self.timing_every == 0:
+                if self.step > 1 and self.step % self.timing_every == 0 and nb in self.warm_batches:
                     self._timed_step(ws, start + lo, timer, reduce)
                     loss_accumulate(self.acc, self.bad, ws.losses, float(nb), self.step)
                 elif k > 1:  # plain steps in a row: one launch where the step is one cooperative kernel, else one
@@ -313,6 +317,7 @@ class Trainer:
                         gather=lambda: gather_rows(ws.x, ws.labels, *self.train_set, start + lo),  # noqa: B023
                         after=lambda: loss_accumulate(self.acc, self.bad, ws.losses, float(nb), self.step))  # noqa: B023
                     self.step_s = time.perf_counter() - t
+                self.warm_batches.add(nb)
             done += b * k
             mine += nb * k
             start += b * k

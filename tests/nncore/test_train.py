@@ -57,6 +57,21 @@ def test_timings_are_consistent():
     assert [t.name for t in epoch.timings if t.index < 0] == ["data", "loss", "optimizer"]
 
 
+def test_a_batch_sizes_first_step_is_not_timed(monkeypatch):
+    """1,600 samples in batches of 30: 53 whole batches and one of 10 an epoch. Timing every 27th step would take
+    step 54, the first of 10 samples, whose kernels compile then (their compile was reported as the layers' time);
+    it runs untimed, and the next epoch's step of 10 (108) is timed."""
+    timed = []
+    real = Trainer._timed_step
+    monkeypatch.setattr(Trainer, "_timed_step",
+                        lambda self, ws, *a, **k: (timed.append((self.step, ws.batch)), real(self, ws, *a, **k)))
+    cfg = load_config("quadrant").override("train", epochs=2, batch_size=30, timing_every=27)
+    events, _ = run(cfg)
+    assert timed == [(27, 30), (81, 30), (108, 10)]
+    first, second = [e for e in events if isinstance(e, ev.EpochEnd)]
+    assert (first.timed_steps, second.timed_steps) == (1, 2)
+
+
 def test_evaluation_matches_a_host_reference():
     cfg = load_config("quadrant").override("train", epochs=1)
     trainer = Trainer(cfg)
