@@ -298,7 +298,7 @@ class Trainer:
                 self.opt.step(self.net.params, self.net.grads)
             else:
                 ws = self.net.workspace(nb)
-                if self.step > 1 and self.step % self.timing_every == 0 and nb in self.warm_batches:
+                if self.step % self.timing_every == 0 and nb in self.warm_batches:  # (never step 1: not warm yet)
                     self._timed_step(ws, start + lo, timer, reduce)
                     loss_accumulate(self.acc, self.bad, ws.losses, float(nb), self.step)
                 elif k > 1:  # plain steps in a row: one launch where the step is one cooperative kernel, else one
