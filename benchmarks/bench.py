@@ -1,7 +1,8 @@
 """The seed-workload benchmark as a script: the same as ``layerlab bench``, with the same options.
 
     python benchmarks/bench.py [--arch cpu-parallel|cpu-serial|cuda] [--workloads net-1h,cnn64] [--batch 256]
-                               [--steps N] [--repeats N] [--warmup N] [--threads N] [--no-torch] [--json FILE|-]
+                               [--steps N] [--repeats N] [--warmup N] [--round-warmup N] [--threads N]
+                               [--no-torch] [--json FILE|-]
 
 Trains net-1h, net-2h and the cnn with 32/64/256 filters for a fixed number of steps after warm-up (compile
 time reported on its own), prints samples/s, ms/step, GFLOP/s and the per-layer breakdown, and runs the same

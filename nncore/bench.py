@@ -20,7 +20,7 @@ import numpy as np
 from . import runtime
 from .config import load_config
 from .kernels.data import gather_rows
-from .network import STEPS_A_LAUNCH, Sequential, check_spec
+from .network import STEPS_A_LAUNCH, Sequential, check_spec, launch_steps
 from .optim import SGD
 from .peer import layer_specs
 from .runtime import ti
@@ -34,6 +34,10 @@ POOL = 4096  # samples resident on the device; batches cycle through them
 # every core for a while after its round, and a round started in that time shares the cores with them
 # (net-1h at batch 64 on cpu-parallel ran 26% slower right after a peer round; docs/LOG.md, 2026-11-26).
 QUIET_S = float(os.environ.get("LAYERLAB_BENCH_QUIET_S", "0.05"))
+# Untimed steps before each timed round, ours and the peer's, after the quiet gap: the first launch after a
+# sleep runs slower than the steps after it, more so on two threads than on one, so a round started cold
+# measures the wake-up along with the steps (docs/LOG.md, "a warm-up before each round").
+ROUND_WARMUP = 8
 
 
 @dataclass
@@ -55,6 +59,7 @@ class BenchResult:
     torch_runs: list = field(default_factory=list)  # PyTorch's samples/s of every round, in its own process
     torch_mode: str | None = None  # the mode of torch_samples_per_s (nncore.peer.MODES)
     torch_modes: dict = field(default_factory=dict)  # mode -> {"samples_per_s", "ratio", "runs"}, every mode
+    round_warmup: int = 0  # untimed steps before each timed round, both sides
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -112,11 +117,12 @@ def with_filters(model: dict, filters: int | None) -> dict:
 
 
 def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, warmup: int,
-                   threads: int | None = None, lr: float = 0.01, model: dict | None = None, peer=None
-                   ) -> tuple[BenchResult, dict]:
+                   threads: int | None = None, lr: float = 0.01, model: dict | None = None, peer=None,
+                   round_warmup: int = ROUND_WARMUP) -> tuple[BenchResult, dict]:
     """Time ``model`` (default: the workload ``name``) on ``arch``; also returns what PyTorch needs. With a
     ``peer`` (nncore.peer.TorchPeer), PyTorch is set up on the same context and timed for a round after each
-    of layerlab's; its median lands in the result."""
+    of layerlab's; its median lands in the result. Each timed round, ours and the peer's, follows
+    ``round_warmup`` untimed steps on the round's first batches."""
     info = runtime.init(arch, threads)
     model = model or workload_model(name)
     net = Sequential.from_spec(model, seed=0)
@@ -126,15 +132,17 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
     x, y = _data(model)
     xs, ys, order = device_pool(x, y)
     ws = net.workspace(batch)
-    starts = [(i * batch) % (POOL - batch + 1) for i in range(max(steps, warmup, STEPS_A_LAUNCH))]
+    starts = [(i * batch) % (POOL - batch + 1) for i in range(max(steps, warmup, round_warmup, STEPS_A_LAUNCH))]
+
+    most = STEPS_A_LAUNCH  # (until a step's time is known, below)
 
     def run(n: int) -> None:
-        # As the trainer runs them: plain steps in runs of up to STEPS_A_LAUNCH whose batches follow each other
-        # in the pool (Sequential.train_steps), a run cut where the starts wrap around.
+        # As the trainer runs them: plain steps in runs of up to ``most`` (network.launch_steps) whose batches
+        # follow each other in the pool (Sequential.train_steps), a run cut where the starts wrap around.
         i = 0
         while i < n:
             s0, k = starts[i], 1
-            while k < min(STEPS_A_LAUNCH, n - i) and starts[i + k] == s0 + k * batch:
+            while k < min(most, n - i) and starts[i + k] == s0 + k * batch:
                 k += 1
             i += net.train_steps(ws, opt, k, deltas={"start": batch},
                                  gather=lambda j: lambda: gather_rows(ws.x, ws.labels, xs, ys, order, s0 + j * batch))  # noqa: B023
@@ -149,6 +157,10 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
             break
         run(STEPS_A_LAUNCH)
     runtime.sync()
+    t0 = time.perf_counter()
+    run(STEPS_A_LAUNCH)
+    runtime.sync()
+    most = launch_steps((time.perf_counter() - t0) / STEPS_A_LAUNCH)
     ctx = {"specs": layer_specs(net), "loss": net.loss.name, "n_out": net.out_shape[0], "init": init, "x": x,
            "y": y, "starts": starts, "lr": lr}
     if peer is not None:
@@ -157,17 +169,21 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
     for _ in range(repeats):
         if peer is not None:
             time.sleep(QUIET_S)
+        if round_warmup:
+            run(round_warmup)
+            runtime.sync()
         t0 = time.perf_counter()
         run(steps)
         runtime.sync()
         rates.append(steps * batch / (time.perf_counter() - t0))
         if peer is not None:
-            theirs.append(peer.round(steps, QUIET_S))  # {mode: samples/s}
+            theirs.append(peer.round(steps, QUIET_S, round_warmup))  # {mode: samples/s}
     rate = statistics.median(rates)
     ms = 1e3 * batch / rate
     layers = _breakdown(net, ws, opt, xs, ys, order, reps=max(3, min(steps, 10)))
     res = BenchResult(name, info.arch, info.threads, batch, steps, repeats, compile_s, rate, ms,
-                      _flops_per_step(net, batch) / (ms / 1e3) / 1e9, layers, runs=rates)
+                      _flops_per_step(net, batch) / (ms / 1e3) / 1e9, layers, runs=rates,
+                      round_warmup=round_warmup)
     for mode in peer.modes if theirs else ():
         runs = [r[mode] for r in theirs]
         med = statistics.median(runs)

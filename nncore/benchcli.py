@@ -40,6 +40,10 @@ def _check(args) -> tuple[list[str], list[int]]:
     for name in ("steps", "repeats", "warmup"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name} {getattr(args, name)} must be >= 1")
+    if getattr(args, "round_warmup", None) is None:
+        args.round_warmup = bench.ROUND_WARMUP
+    if args.round_warmup < 0:
+        raise ConfigError(f"--round-warmup {args.round_warmup} must be >= 0")
     if args.json not in (None, "-"):
         check_output(args.json, "--json")  # before the benchmark, not found unwritable after it
     return names, _ints(args.batch, "batch")
@@ -79,7 +83,7 @@ def run_bench(args) -> int:
     results = []
     if text:
         print(f"layerlab bench: {args.arch}, {args.steps} steps x {args.repeats} repeats after {args.warmup} "
-              f"warm-up steps; PyTorch: "
+              f"warm-up steps, each repeat after {args.round_warmup} untimed; PyTorch: "
               f"{'in its own process, rounds alternated' if use_torch else 'not installed' if not args.no_torch else 'off'}"
               + (f" ({', '.join(modes)})" if use_torch else ""))
         print(f"{'workload':<8} {'batch':>6} {'samples/s':>12} {'ms/step':>9} {'GFLOP/s':>8} {'compile s':>9} "
@@ -92,13 +96,13 @@ def run_bench(args) -> int:
             for batch in batches:
                 try:
                     res, _ = bench.bench_layerlab(name, args.arch, batch, args.steps, args.repeats, args.warmup,
-                                                  args.threads, peer=peer)
+                                                  args.threads, peer=peer, round_warmup=args.round_warmup)
                 except PeerError as exc:  # layerlab's figures still count: the rest runs without PyTorch
                     _peer_failed(exc)
                     peer.close()
                     peer = None
                     res, _ = bench.bench_layerlab(name, args.arch, batch, args.steps, args.repeats, args.warmup,
-                                                  args.threads)
+                                                  args.threads, round_warmup=args.round_warmup)
                 results.append(res)
                 if text:
                     print(_line(res, modes if use_torch else ("torch",)), flush=True)

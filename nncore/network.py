@@ -31,9 +31,16 @@ from .runtime import ti
 
 ALL = ("all",)  # ``_update``'s applied: the step's kernels already ran the optimizer on every parameter
 # The most training steps one launch runs (``Sequential.train_steps``): the trainer's and the bench's loops
-# cut their runs of plain steps to this. A launch's hand-off to the thread pool and the step's recording are
-# then paid once for the run (docs/LOG.md, "several steps in one launch").
-STEPS_A_LAUNCH = 8
+# cut their runs of plain steps to this, and to TOGETHER_S seconds of steps (a stop or pause waits for a
+# launch to end). A launch's hand-off to the thread pool and the step's recording, about 0.2-0.3 ms on a
+# 2-core VM, are then paid once for the run (docs/LOG.md, "several steps in one launch", "launches of 16").
+STEPS_A_LAUNCH = 16
+TOGETHER_S = 0.1
+
+
+def launch_steps(step_s: float) -> int:
+    """The most plain steps one launch runs, given a step's time in seconds."""
+    return min(STEPS_A_LAUNCH, max(1, int(TOGETHER_S / max(step_s, 1e-9))))
 
 
 def _weights_f32(value, where: str) -> np.ndarray:

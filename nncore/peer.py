@@ -77,11 +77,11 @@ class TorchPeer:
         run ``warmup`` steps (at least one; more where a mode needs them to capture or compile) untimed."""
         self.call("setup", {**ctx, "batch": batch, "warmup": warmup})
 
-    def round(self, steps: int, quiet_s: float = 0.0) -> dict[str, float]:
+    def round(self, steps: int, quiet_s: float = 0.0, warmup: int = 0) -> dict[str, float]:
         """Samples/s of ``steps`` timed training steps in each mode, one mode after the other, on the batches
         of layerlab's rounds (from the first), each after ``quiet_s`` seconds of sleep (so that whatever the
-        caller ran has gone idle)."""
-        return self.call("round", (steps, quiet_s))
+        caller ran has gone idle) and ``warmup`` untimed steps on the same first batches."""
+        return self.call("round", (steps, quiet_s, warmup))
 
     def info(self) -> dict:
         """What the peer process holds: pid, whether Taichi is imported, its threads and their CPUs."""
@@ -215,14 +215,16 @@ class _Worker:
         for i in range(n):
             runner.step(self.starts[i % len(self.starts)])  # every round on the same batches as layerlab's
 
-    def round(self, p: tuple[int, float]) -> dict[str, float]:  # (steps, quiet_s)
+    def round(self, p: tuple[int, float, int]) -> dict[str, float]:  # (steps, quiet_s, warmup)
         if not self.runners:
             raise RuntimeError("round before setup: no network")
-        steps, quiet_s = p
+        steps, quiet_s, warmup = p
         rates = {}
         for mode, runner in self.runners.items():
             self.sync()
             time.sleep(quiet_s)
+            self._run(runner, warmup)
+            self.sync()
             t0 = time.perf_counter()
             self._run(runner, steps)
             self.sync()

@@ -37,7 +37,7 @@ from .events import EpochEnd, Event, LayerTiming, RunFailed, RunFinished, RunSta
 from .kernels.data import gather_rows
 from .kernels.loss import check_finite, count_correct, loss_accumulate
 from . import checkpoint as ckpt
-from .network import STEPS_A_LAUNCH, Sequential
+from .network import Sequential, launch_steps
 from .optim import make_optimizer
 from .runtime import ti
 
@@ -46,8 +46,6 @@ from .runtime import ti
 # on the embedded subset (docs/perf-log.md, "2026-11-26, late evening"); a diverging run's loss almost always
 # shows it first.
 WEIGHT_CHECK_STEPS = 50
-# The longest a run of steps in one launch may take (Trainer._steps_together): a stop request waits for it.
-TOGETHER_S = 0.02
 
 
 def _upload(x: np.ndarray, y: np.ndarray):
@@ -203,13 +201,12 @@ class Trainer:
     def _steps_together(self, start: int, n: int) -> int:
         """How many steps from the next one on can run as one launch (``Sequential.train_steps``): whole batches
         in a row, none of them timed part by part, the last of them the first after which the loop reads the
-        loss, saves a checkpoint or may pause; at most STEPS_A_LAUNCH. 1 for the run's first step (its time is
-        reported alone), a step taken while paused, and distributed runs (a reduction between every two); fewer
-        where the steps together would take more than TOGETHER_S by the last step's time (a stop or pause waits
-        for them), and 1 before a step's time is known."""
+        loss, saves a checkpoint or may pause; at most ``network.launch_steps`` of the last step's time. 1 for
+        the run's first step (its time is reported alone), a step taken while paused, distributed runs (a
+        reduction between every two), and before a step's time is known."""
         if self.cluster is not None or self.log_next or self.step == 0 or self.step_s is None:
             return 1
-        most = min(STEPS_A_LAUNCH, max(1, int(TOGETHER_S / max(self.step_s, 1e-9))))
+        most = launch_steps(self.step_s)
         k = 0
         while k < most and start + (k + 1) * self.batch <= n:
             step = self.step + k + 1

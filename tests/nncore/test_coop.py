@@ -403,14 +403,15 @@ def test_steps_whose_numbers_change_run_one_at_a_time():
 def test_a_training_run_with_steps_in_one_launch(arch, monkeypatch):
     """The trainer runs its plain steps between loss reads and timed steps as runs in one launch: net-1h's
     epoch ends with the weights, losses, accuracy and Step events of the run that launches every step alone."""
+    from nncore import network as N
     from nncore import train as T
     from nncore.config import load_config
 
     monkeypatch.setattr(G, "COOP_AFTER", 0)
     cfg = load_config("net-1h").override("train", arch=arch, epochs=1)
     ends = []
-    for most in (1, T.STEPS_A_LAUNCH):
-        monkeypatch.setattr(T, "STEPS_A_LAUNCH", most)
+    for most in (1, N.STEPS_A_LAUNCH):
+        monkeypatch.setattr(N, "STEPS_A_LAUNCH", most)
         events = []
         trainer = T.Trainer(cfg, emit=events.append)
         end = trainer.run()

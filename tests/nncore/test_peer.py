@@ -31,14 +31,15 @@ def test_peer_process_holds_nothing_of_layerlab():
 
 
 def test_peer_trains_on_layerlab_batches_and_weights():
-    """The peer's weights after its warm-up and one round equal PyTorch's trained in this process on the
-    batches bench_layerlab used (odd batch, one thread: the same arithmetic in the same order)."""
+    """The peer's weights after its warm-up and one round (its own warm-up steps, then the timed ones) equal
+    PyTorch's trained in this process on the batches bench_layerlab used (odd batch, one thread: the same
+    arithmetic in the same order)."""
     import torch
 
     from nncore.interop import torch_from_specs, torch_loss
 
     with bench.torch_peer("cpu-serial", None) as peer:
-        _, ctx = bench.bench_layerlab("net-1h-relu", "cpu-serial", 37, 3, 1, 2, peer=peer)
+        res, ctx = bench.bench_layerlab("net-1h-relu", "cpu-serial", 37, 3, 1, 2, peer=peer, round_warmup=2)
         theirs = peer.state()
     torch.set_num_threads(1)
     model = torch_from_specs(ctx["specs"])
@@ -46,7 +47,9 @@ def test_peer_trains_on_layerlab_batches_and_weights():
     crit, target = torch_loss(ctx["loss"])
     opt = torch.optim.SGD(model.parameters(), lr=ctx["lr"])
     x, y = torch.from_numpy(ctx["x"]), target(ctx["y"], ctx["n_out"])
-    for s in ctx["starts"][:2] + ctx["starts"][:3]:  # the warm-up's 2 steps, then a round of 3 from the start
+    assert res.round_warmup == 2
+    # the warm-up's 2 steps, then a round's 2 untimed and 3 timed, each from the start
+    for s in ctx["starts"][:2] + ctx["starts"][:2] + ctx["starts"][:3]:
         opt.zero_grad(set_to_none=True)
         crit(model(x[s:s + 37]), y[s:s + 37]).backward()
         opt.step()
