@@ -34,10 +34,13 @@ POOL = 4096  # samples resident on the device; batches cycle through them
 # every core for a while after its round, and a round started in that time shares the cores with them
 # (net-1h at batch 64 on cpu-parallel ran 26% slower right after a peer round; docs/LOG.md, 2026-11-26).
 QUIET_S = float(os.environ.get("LAYERLAB_BENCH_QUIET_S", "0.05"))
-# Untimed steps before each timed round, ours and the peer's, after the quiet gap: the first launch after a
-# sleep runs slower than the steps after it, more so on two threads than on one, so a round started cold
-# measures the wake-up along with the steps (docs/LOG.md, "a warm-up before each round").
+# Untimed steps before each timed round, ours and the peer's, after the quiet gap between them: the first
+# launch after a sleep runs slower than the steps after it, more so on two threads than on one, so a round
+# started cold measures the wake-up along with the steps (docs/LOG.md, "a warm-up before each round"). Rounds
+# with no peer follow each other with no gap, and none.
 ROUND_WARMUP = 8
+# The most steps a timed run, warm-up or round warm-up may ask for (each step's batch start is kept in a list).
+MAX_STEPS = 1_000_000
 
 
 @dataclass
@@ -59,7 +62,7 @@ class BenchResult:
     torch_runs: list = field(default_factory=list)  # PyTorch's samples/s of every round, in its own process
     torch_mode: str | None = None  # the mode of torch_samples_per_s (nncore.peer.MODES)
     torch_modes: dict = field(default_factory=dict)  # mode -> {"samples_per_s", "ratio", "runs"}, every mode
-    round_warmup: int = 0  # untimed steps before each timed round, both sides
+    round_warmup: int = 0  # untimed steps before each timed round, both sides (with PyTorch's rounds between)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -121,9 +124,10 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
                    round_warmup: int = ROUND_WARMUP) -> tuple[BenchResult, dict]:
     """Time ``model`` (default: the workload ``name``) on ``arch``; also returns what PyTorch needs. With a
     ``peer`` (nncore.peer.TorchPeer), PyTorch is set up on the same context and timed for a round after each
-    of layerlab's; its median lands in the result. Each timed round, ours and the peer's, follows
+    of layerlab's; its median lands in the result, and each timed round, ours and the peer's, follows
     ``round_warmup`` untimed steps on the round's first batches."""
     info = runtime.init(arch, threads)
+    round_warmup = round_warmup if peer is not None else 0
     model = model or workload_model(name)
     net = Sequential.from_spec(model, seed=0)
     net.graphs.coop_after = 0  # the step as a long run has it (cooperative where it pays), from the warm-up on
@@ -158,9 +162,9 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
         run(STEPS_A_LAUNCH)
     runtime.sync()
     t0 = time.perf_counter()
-    run(STEPS_A_LAUNCH)
+    run(2)
     runtime.sync()
-    most = launch_steps((time.perf_counter() - t0) / STEPS_A_LAUNCH)
+    most = launch_steps((time.perf_counter() - t0) / 2)
     ctx = {"specs": layer_specs(net), "loss": net.loss.name, "n_out": net.out_shape[0], "init": init, "x": x,
            "y": y, "starts": starts, "lr": lr}
     if peer is not None:

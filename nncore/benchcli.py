@@ -44,6 +44,9 @@ def _check(args) -> tuple[list[str], list[int]]:
         args.round_warmup = bench.ROUND_WARMUP
     if args.round_warmup < 0:
         raise ConfigError(f"--round-warmup {args.round_warmup} must be >= 0")
+    for name in ("steps", "warmup", "round_warmup"):
+        if getattr(args, name) > bench.MAX_STEPS:
+            raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)} is more than {bench.MAX_STEPS:,}")
     if args.json not in (None, "-"):
         check_output(args.json, "--json")  # before the benchmark, not found unwritable after it
     return names, _ints(args.batch, "batch")
@@ -82,8 +85,9 @@ def run_bench(args) -> int:
     text = args.json != "-"
     results = []
     if text:
+        untimed = f", each repeat after {args.round_warmup} untimed" if use_torch else ""
         print(f"layerlab bench: {args.arch}, {args.steps} steps x {args.repeats} repeats after {args.warmup} "
-              f"warm-up steps, each repeat after {args.round_warmup} untimed; PyTorch: "
+              f"warm-up steps{untimed}; PyTorch: "
               f"{'in its own process, rounds alternated' if use_torch else 'not installed' if not args.no_torch else 'off'}"
               + (f" ({', '.join(modes)})" if use_torch else ""))
         print(f"{'workload':<8} {'batch':>6} {'samples/s':>12} {'ms/step':>9} {'GFLOP/s':>8} {'compile s':>9} "

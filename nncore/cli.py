@@ -138,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=_int_arg, default=3, help="steps before timing (the first compiles)")
     b.add_argument("--round-warmup", type=_int_arg, default=None, metavar="N",
                    help="untimed steps before each timed round, layerlab's and PyTorch's, after the quiet gap "
-                        "between them (default: 8)")
+                        "between them (default: 8; none with --no-torch, whose rounds have no gap)")
     b.add_argument("--no-torch", action="store_true", help="skip the PyTorch comparison")
     b.add_argument("--torch-mode", default="eager", metavar="MODES",
                    help="comma-separated, how PyTorch runs its step: eager (as most people write it), graph (the "

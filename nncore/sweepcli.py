@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import analysis, runtime, sweep
+from . import analysis, bench, runtime, sweep
 from .benchcli import _ints
 from .fileio import check_output
 from .config import load_config
@@ -37,6 +37,9 @@ def run_sweep_cli(args) -> int:
         for name in ("steps", "repeats", "warmup"):
             if getattr(args, name) < 1:
                 raise ConfigError(f"--{name} {getattr(args, name)} must be >= 1")
+        for name in ("steps", "warmup"):
+            if getattr(args, name) > bench.MAX_STEPS:
+                raise ConfigError(f"--{name} {getattr(args, name)} is more than {bench.MAX_STEPS:,}")
         model = cfg.model
         if "input" not in model:
             raise ConfigError(f"{cfg.source}: sweeps need model.input")

@@ -37,7 +37,8 @@ def test_bench_script_json_is_consistent(tmp_path):
 
 
 @pytest.mark.parametrize("args,needle", [(["--batch", "0"], "--batch"), (["--workloads", "net-3h"], "net-3h"),
-                                         (["--steps", "0"], "--steps"), (["--round-warmup", "-1"], "--round-warmup")])
+                                         (["--steps", "0"], "--steps"), (["--round-warmup", "-1"], "--round-warmup"),
+                                         (["--steps", "2000000000"], "is more than 1,000,000")])
 def test_bench_bad_options_are_one_line_errors(args, needle):
     proc = layerlab("bench", "--no-torch", *args)
     assert proc.returncode == 2, proc.stderr
