@@ -242,7 +242,7 @@ class Sequential:
         self.seed = seed
         runtime.require()
         # Parameters, gradients, two optimizer slots (Adam) and a host copy while initialising: 5 x P floats.
-        runtime.check_memory(5 * 4 * self.n_params, f"the network's {self.n_params:,} parameters")
+        runtime.check_memory(5 * 4 * self.n_params, f"a network of {self.n_params:,} parameters")
         self._alloc(self.initial_state(seed))
 
     # -- construction -----------------------------------------------------------------------------------

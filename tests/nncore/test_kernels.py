@@ -232,16 +232,22 @@ def _check_fused_activation(rng, kind, act, dact, b, n_in, n_out):
     assert rel_err(dinp.to_numpy(), dx) < BWD_TOL
 
 
-@pytest.mark.parametrize("kind,act,dact", [(0, lambda z: z, lambda y: np.ones_like(y)),
-                                           (1, R.relu, lambda y: (y > 0).astype(float)),
-                                           (2, R.sigmoid, lambda y: y * (1 - y)), (3, np.tanh, lambda y: 1 - y * y)])
-@pytest.mark.parametrize("b,n_out,n_next", [(5, 33, 10), (40, 67, 3), (17, 16, 31), (1, 1, 1), (3, 50, 17)])
-def test_stage_dz_from_next_linear(request, tile_rows, kind, act, dact, b, n_out, n_next):
+_ACTS = {0: (lambda z: z, lambda y: np.ones_like(y)), 1: (R.relu, lambda y: (y > 0).astype(float)),
+         2: (R.sigmoid, lambda y: y * (1 - y)), 3: (np.tanh, lambda y: 1 - y * y)}
+
+
+# Every shape (partial strips, the narrow Linear's outputs in one, several or a partial group of the register
+# tile) and every activation, each activation with two shapes: the activation only changes the per-element
+# derivative, the shape the loops (each case compiles its own kernels, so not the full product).
+@pytest.mark.parametrize("kind,b,n_out,n_next", [(0, 5, 33, 10), (1, 40, 67, 3), (2, 17, 16, 31), (3, 1, 1, 1),
+                                                 (2, 3, 50, 17), (3, 5, 33, 10), (1, 17, 16, 31), (0, 3, 50, 17)])
+def test_stage_dz_from_next_linear(request, tile_rows, kind, b, n_out, n_next):
     """stage_dz_from (a wide Linear + activation whose output feeds a narrow Linear): the gradient at its
     pre-activation formed from the gradient at the narrow Linear's output and that Linear's weights, staged as
     strips (zero past OUT), the bias gradient, and the narrow Linear's weight gradient (its outputs in groups of
     the register tile's size, the last partial), against float64, with each tile layout; nothing written outside
     the two gradients. The output read from its strips too (as a forward with vec_out writes it): the same bits."""
+    act, dact = _ACTS[kind]
     rng = layout_rng(request, tile_rows)
     out = act(f32(rng.normal(size=(b, n_out)) * 3))
     out_s = runtime.ti.Vector.ndarray(KG.L, runtime.ti.f32, shape=KG.strips_shape(b, n_out))
