@@ -4,9 +4,10 @@
 
 On a shared VM the second core's speed drifts from one minute to the next (scripts/cpu_ceilings.py), so two
 separate `layerlab bench` runs can compare a good minute against a bad one. Here each round times cpu-serial
-and cpu-parallel back to back (a runtime re-initialisation between them; compile time excluded by a warm-up
-step; each round after bench.ROUND_WARMUP untimed steps), and PyTorch on 1 and on all threads the same way, on the same network, weights and batches, each in a
-process of its own (nncore.peer: layerlab's pinned workers once slowed an in-process PyTorch up to 12x).
+and cpu-parallel back to back (a runtime re-initialisation between them; compile time excluded by warm-up
+steps right before the round), and PyTorch on 1 and on all threads the same way (each round after
+bench.ROUND_WARMUP untimed steps), on the same network, weights and batches, each in a process of its own
+(nncore.peer: layerlab's pinned workers once slowed an in-process PyTorch up to 12x).
 Prints the medians over the rounds and the ratios: PyTorch's ratio is what this machine gives a mature
 library for the same work.
 """
