@@ -23,8 +23,10 @@ def _modes(args) -> tuple[str, ...]:
 
     modes = tuple(dict.fromkeys(m.strip() for m in args.torch_mode.split(",") if m.strip()))
     bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise ConfigError(f"--torch-mode: unknown {bad[0] if bad else '(none)'!r}; choose from {', '.join(MODES)}")
+    if not modes:
+        raise ConfigError(f"--torch-mode {args.torch_mode!r} names no mode; choose from {', '.join(MODES)}")
+    if bad:
+        raise ConfigError(f"--torch-mode: unknown {bad[0]!r}; choose from {', '.join(MODES)}")
     if "graph" in modes and args.arch != "cuda":
         raise ConfigError("--torch-mode graph captures PyTorch's step in a CUDA graph: it needs --arch cuda")
     return modes
@@ -34,9 +36,10 @@ def _check(args) -> tuple[list[str], list[int]]:
     _modes(args)
     names = [w.strip() for w in args.workloads.split(",") if w.strip()]
     unknown = [w for w in names if w not in bench.WORKLOADS]
-    if unknown or not names:
-        raise ConfigError(f"--workloads: unknown {unknown[0] if unknown else '(none)'!r}; choose from "
-                          f"{', '.join(bench.WORKLOADS)}")
+    if not names:
+        raise ConfigError(f"--workloads {args.workloads!r} names no workload; choose from {', '.join(bench.WORKLOADS)}")
+    if unknown:
+        raise ConfigError(f"--workloads: unknown {unknown[0]!r}; choose from {', '.join(bench.WORKLOADS)}")
     for name in ("steps", "repeats", "warmup"):
         if getattr(args, name) < 1:
             raise ConfigError(f"--{name} {getattr(args, name)} must be >= 1")

@@ -41,6 +41,14 @@ def rank_table(ranks: list[dict]) -> list[str]:
     return rows
 
 
+def loss_text(value: float | None) -> str:
+    """A loss as printed: four decimals, in exponent form from 100,000 up (a diverging run's 1e30 is not 31 digits
+    wide); — where there is none."""
+    if value is None:
+        return "—"
+    return f"{value:.4f}" if abs(value) < 1e5 else f"{value:.4g}"
+
+
 def plural(n: int, noun: str) -> str:
     """``n`` (with thousands separators) and the noun, plural unless n is 1: "1 step", "1,000 steps"."""
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
@@ -108,15 +116,17 @@ class TextReporter:
             self._bar(event)
         elif isinstance(event, EpochEnd):
             self.last_epoch = event
+            # An epoch that ran step 1 counts its compile in its rate; the closing line's rate leaves it out.
+            compiling = " incl. compile" if event.first_step_s > 0 else ""
             self.epochs.append(event.to_dict())
             self._t_epoch = time.perf_counter()
             if not self.quiet:
-                val = f"  val loss {event.val_loss:.4f} acc {event.val_acc:.4f}" if event.val_acc is not None else ""
+                val = f"  val loss {loss_text(event.val_loss)} acc {event.val_acc:.4f}" if event.val_acc is not None else ""
                 if event.comm_share is not None:
                     val += f"  comm {100 * event.comm_share:.1f}%"
-                self._line(f"epoch {event.epoch:>3}  train loss {event.train_loss:.4f}  test loss "
-                           f"{event.test_loss:.4f}  test acc {event.test_acc:.4f}{val}  "
-                           f"{event.samples_per_s:,.0f} samples/s  {event.epoch_s:.2f} s")
+                self._line(f"epoch {event.epoch:>3}  train loss {loss_text(event.train_loss)}  test loss "
+                           f"{loss_text(event.test_loss)}  test acc {event.test_acc:.4f}{val}  "
+                           f"{event.samples_per_s:,.0f} samples/s{compiling}  {event.epoch_s:.2f} s")
         elif isinstance(event, RunFinished):
             self._finish(event)
         elif isinstance(event, RunFailed) and self.progress:
@@ -129,7 +139,7 @@ class TextReporter:
         width = 30
         left = (per - done) * (time.perf_counter() - self._t_epoch) / max(done, 1)
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        sys.stderr.write(f"\repoch {event.epoch} [{bar}] {done}/{per}  loss {event.loss:.4f}  "
+        sys.stderr.write(f"\repoch {event.epoch} [{bar}] {done}/{per}  loss {loss_text(event.loss)}  "
                          f"{event.samples_per_s:,.0f} samples/s  ETA {left:.0f}s")
         sys.stderr.flush()
 

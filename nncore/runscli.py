@@ -11,7 +11,7 @@ from datetime import datetime
 
 from .errors import ConfigError, LayerlabError
 from .fileio import check_output, write_or_rescue
-from .report import cut, short_arch
+from .report import cut, loss_text, short_arch
 from .store import Store, StoreError, mean_rate
 
 EPOCH_COLUMNS = ["run_id", "name", "arch", "threads", "ranks", "status", "epoch", "steps", "train_loss", "test_loss",
@@ -76,7 +76,7 @@ def _show(store: Store, args) -> int:
         print(f"\n{'epoch':>5} {'steps':>7} {'train loss':>10} {'test loss':>10} {'test acc':>8} {'samples/s':>11} "
               f"{'s':>7}")
         for e in run["epochs"]:
-            print(f"{e['epoch']:>5} {e['steps']:>7} {_num(e['train_loss'], '.4f'):>10} {_num(e['test_loss'], '.4f'):>10} "
+            print(f"{e['epoch']:>5} {e['steps']:>7} {loss_text(e['train_loss']):>10} {loss_text(e['test_loss']):>10} "
                   f"{_num(e['test_acc'], '.4f'):>8} {_num(e['samples_per_s'], ',.0f'):>11} {e['epoch_s']:>7.2f}")
         last = run["epochs"][-1].get("timings") or []
         if last:

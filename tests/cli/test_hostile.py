@@ -284,6 +284,7 @@ def test_init_weights_that_are_not_numeric_npz_are_refused(tmp_path, make, needl
      "--json /proc/layerlab.json: cannot write in /proc"),
     (["sweep", "quadrant", "--out", "/proc/layerlab-sweep"], "--out /proc/layerlab-sweep: cannot make the directory"),
     (["sweep", "quadrant", "--steps", "2000000000"], "--steps 2000000000 is more than 1,000,000"),  # (was a hang)
+    (["bench", "--workloads", " , "], "--workloads ' , ' names no workload; choose from net-1h"),  # was "unknown '(none)'"
 ])
 def test_bench_and_sweep_outputs_are_checked_before_the_work(args, needle):
     proc = layerlab(*args)

@@ -1,5 +1,7 @@
 """The headless tables stay aligned whatever their longest entry: a fused part's long name in `layerlab train`'s
 per-part table, a sweep's list of archs in `layerlab runs list`."""
+import sys
+
 from nncore.events import LayerTiming
 from nncore.report import short_arch, timing_table
 from nncore.store import Store
@@ -43,3 +45,23 @@ def test_a_long_network_name_is_cut_with_an_ellipsis_in_runs_list_and_compare(tm
     assert " two-input pro… " in listed and " fourteen-chars " in listed, listed
     compared = layerlab("runs", "--store", path, "compare", "1", "2").stdout
     assert " two-input pro… " in compared, compared
+
+
+def test_losses_print_in_four_decimals_or_as_exponents_when_huge(capsys):
+    """A diverging run (`--lr 1e30`) printed its losses as 31-digit decimals; the epoch that ran step 1 says its
+    rate includes the compile (the closing line's rate leaves it out)."""
+    from nncore.events import EpochEnd
+    from nncore.report import TextReporter, loss_text
+
+    for value in (0.123456, -3.5, 99999.5, 1.5e5, 1.123124e30, -2.5e12, float("inf")):
+        text = loss_text(value)
+        assert len(text) <= 11, text
+        assert abs(float(text) - value) <= 5e-4 * max(1.0, abs(value)) or text == "inf", (value, text)
+        assert ("e" in text) == (1e5 <= abs(value) < float("inf")), text
+    assert loss_text(None) == "—" and loss_text(float("nan")) == "nan"
+    rep = TextReporter(out=sys.stdout, progress=False)
+    for epoch, first in ((1, 0.4), (2, 0.0)):
+        rep(EpochEnd(epoch, 10 * epoch, 1.1231244856e30, 9.5513563e29, 0.5, 1234.0, 0.5, first_step_s=first))
+    lines = capsys.readouterr().out.splitlines()
+    assert "train loss 1.123e+30  test loss 9.551e+29" in lines[0], lines
+    assert "1,234 samples/s incl. compile" in lines[0] and "incl. compile" not in lines[1], lines

@@ -10,6 +10,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, ProgressBar, Static
 
 from nncore.charts import Curves, draw_accuracy, draw_loss
+from nncore.report import loss_text
 from tui.guard import Guarded
 from tui.keys import TRAIN_KEYS, bindings
 from tui.widgets.boundary import BoundaryPlot
@@ -27,8 +28,8 @@ def fmt_duration(seconds: float) -> str:
 
 
 def f4(value: float | None) -> str:
-    """A loss as shown: four decimals, or — where it is not a number (a diverged run)."""
-    return "—" if value is None or value != value else f"{value:.4f}"
+    """A loss as shown: four decimals (exponent form from 100,000 up), or — where it is not a number."""
+    return "—" if value is None or value != value else loss_text(value)
 
 
 class TrainPane(Guarded, Vertical):
