@@ -30,6 +30,10 @@ def amdahl_bound(p: float, s: float) -> float:
     return 1 / ((1 - p) + p / s)
 
 
+# Said where a table shows a Karp-Flatt fraction above 1: the fraction then reads as more than all of the work.
+KF_ABOVE_1 = "K-F above 1: slower than cpu-serial (a speedup under 1), not a serial share"
+
+
 def karp_flatt(speedup: float, n: int) -> float | None:
     """The experimentally determined serial fraction; None for n = 1, where it is undefined."""
     if n <= 1 or speedup <= 0:

@@ -149,3 +149,19 @@ def test_a_ctrl_c_during_a_point_drops_that_point_only(monkeypatch):
     _fake_bench(monkeypatch, interrupt_at=0)  # in the first point: nothing to keep, the Ctrl-C goes on up
     with pytest.raises(KeyboardInterrupt):
         sweep.run_sweep(model, ["cpu-serial"], [16, 32], [None], [2], 1, 1, 1)
+
+
+def test_a_karp_flatt_fraction_above_1_is_explained_in_the_sweep_table():
+    """A parallel point slower than cpu-serial gives a Karp-Flatt fraction above 1, which read as a serial share
+    of more than all of the work with nothing said; the table now says what it means, and only then."""
+    import io
+
+    from nncore import sweep
+
+    for rate, noted in ((800.0, True), (1500.0, False)):
+        pts = analysis.derive([_point("cpu-serial", 1, 64, 1000.0), _point("cpu-parallel", 2, 64, rate)])
+        out = io.StringIO()
+        sweep.report(pts, None, out)
+        kf = pts[1].karp_flatt
+        assert (kf > 1) == noted and kf == pytest.approx((1000.0 / rate - 0.5) / 0.5)
+        assert (analysis.KF_ABOVE_1 in out.getvalue()) == noted, out.getvalue()

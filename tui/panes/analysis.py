@@ -6,6 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, DataTable, Input, Label, ProgressBar, Static
 
+from nncore.analysis import KF_ABOVE_1
 from nncore.charts import draw_parts, draw_speedup, draw_throughput
 from nncore.errors import ConfigError
 from nncore.limits import ascii_int
@@ -175,7 +176,10 @@ class AnalysisPane(Guarded, Vertical):
                           f"{p['samples_per_s']:,.0f}", f"{p['ms_per_step']:.2f}", f"{p['gflops']:.1f}",
                           fmt(p["speedup"], ".2f"), fmt(p["efficiency"], ".2f"), fmt(p["karp_flatt"], ".2f"))
         table.display = self.query_one("#sweep-charts").display = bool(points)
-        self.query_one("#sweep-legend").display = bool(points)
+        legend = self.query_one("#sweep-legend", Static)
+        legend.display = bool(points)
+        slower = any(p["karp_flatt"] is not None and p["karp_flatt"] > 1 for p in points)
+        legend.update(TABLE_LEGEND + (f"\n{KF_ABOVE_1}" if slower else ""))
         self.query_one("#sweep-throughput", Chart).show(points, now=True)
         self.query_one("#sweep-speedup", Chart).show(amdahl, now=True)
         layers = self.query_one("#sweep-layers", Chart)
