@@ -196,7 +196,7 @@ class LayerlabApp(GuardedApp):
             self.sub_title = self.draft.name
             return
         doing = f"{'paused' if self.paused else 'training'} on {run.arch}"
-        editing = f" · editing {self.draft.name}" if run.network != self.draft.name else ""
+        editing = f" · editing {self.draft.run_name()}" if run.network != self.draft.run_name() else ""
         self.sub_title = f"{run.network} ({doing}){editing}"
 
     def on_model_pane_preset_chosen(self, event: ModelPane.PresetChosen) -> None:
@@ -244,6 +244,8 @@ class LayerlabApp(GuardedApp):
             before, self.draft.name = self.draft.name, network_name(path.stem)
             if not self._write(path, self.draft.to_toml(data, train), "config"):
                 self.draft.name = before
+            else:
+                self.draft.keep_origin()
             self._show_title()
 
         self._ask_path("Save the network and settings as", f"{self.draft.name}.toml", (".toml",), save)
@@ -286,7 +288,7 @@ class LayerlabApp(GuardedApp):
     def _run_config(self) -> dict:
         data, train = self.query_one(SettingsPane).values()
         spec = self.draft.spec(self.query_one(SettingsPane).data)
-        return RunConfig(spec, data, train, source=self.draft.name).to_dict()
+        return RunConfig(spec, data, train, source=self.draft.run_name()).to_dict()
 
     def _why_not_ready(self) -> str | None:
         if self.handle is not None:
@@ -313,7 +315,7 @@ class LayerlabApp(GuardedApp):
         except ConfigError as err:
             self.notify(str(err), severity="error", markup=False)
             return
-        self.start_run(cfg, self.draft.name)
+        self.start_run(cfg, self.draft.run_name())
 
     def start_run(self, cfg: dict, name: str) -> None:
         tr = cfg["train"]
@@ -350,6 +352,7 @@ class LayerlabApp(GuardedApp):
             self.paused_s += self.clock() - self.paused_at
         self.handle.send("pause" if self.paused else "resume")
         self._update_controls()
+        self._show_runs()
 
     def action_step(self) -> None:
         if self.handle is not None and self.paused:
@@ -431,7 +434,7 @@ class LayerlabApp(GuardedApp):
         notice = notice or text
         if self.current is not None:
             self.current.status = status
-            if self.current.network != self.draft.name:  # another network was opened meanwhile (or a rerun
+            if self.current.network != self.draft.run_name():  # another network was opened meanwhile (or a rerun
                 whose = cut(self.current.network, 20)  # trained another one): the results left say whose, in a
                 # short form (at 80 columns a 64-character name wrapped the status line)
                 text, notice = f"{whose} {text}", f"{whose} {notice}"
@@ -479,7 +482,7 @@ class LayerlabApp(GuardedApp):
                                     field="sweep-archs"))
             return
         self.sweep_job = {**job, "model": self.draft.spec(self.query_one(SettingsPane).data),
-                          "name": self.draft.name}
+                          "name": self.draft.run_name()}
         self.sweeper = RunHandle(self.sweep_job, target=sweep_main, store=self.child_store)
         self.action_show_tab("analysis")
         pane.show([], None)  # (the last sweep's table and charts would pass for this one's)
@@ -538,7 +541,11 @@ class LayerlabApp(GuardedApp):
 
     def _show_runs(self) -> None:
         self._store_version = self.store.data_version() if self.store is not None else None
-        self.query_one(RunsPane).load(self.store, self.store_note)
+        pane = self.query_one(RunsPane)
+        # A paused run's row says paused: it is recorded by the training process, or by this one (in memory).
+        pane.paused_pid = None if not (self.paused and self.handle) else (
+            os.getpid() if self.recorder is not None else self.handle.proc.pid)
+        pane.load(self.store, self.store_note)
 
     def _watch_store(self) -> None:
         """While the Runs view is shown, runs that another process records (a `layerlab train` in another

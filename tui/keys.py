@@ -123,7 +123,7 @@ def key_rows() -> list[tuple[str, str, str]]:
 
 def key_table_markdown() -> str:
     """The key table as Markdown, as the README and the help screen show it."""
-    lines = ["| key | anywhere, also in a text field | does |", "|---|---|---|"]
+    lines = ["| key | anywhere | does |", "|---|---|---|"]
     for plain, anywhere, does in key_rows():
         cell = lambda k: f"`{k}`" if k else ""  # noqa: E731
         lines.append(f"| {cell(plain)} | {cell(anywhere)} | {does} |")

@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from nncore.config import fit_model
+from nncore.config import NAME_CHARS, fit_model
 from nncore.errors import ConfigError
 from nncore.layers import LAYER_TYPES
 from nncore.limits import INT32_MAX
@@ -114,6 +114,9 @@ def parse_shape(text: str) -> list[int] | None:
     return [int(p) for p in parts]
 
 
+EDITED = " (edited)"  # after a network's name, in the runs of it changed since it was opened or saved
+
+
 @dataclass
 class Draft:
     """The network being edited: a model spec that may be invalid at any moment. ``input`` None means the
@@ -124,6 +127,7 @@ class Draft:
     loss: str = "bce"
     name: str = "untitled"
     description: str = ""  # the config's one-line description, written back when saved
+    origin: tuple | None = None  # (layers, input, loss) as opened from a file or preset, or as last saved
 
     @classmethod
     def from_model(cls, model: dict, name: str, description: str = "") -> "Draft":
@@ -131,7 +135,20 @@ class Draft:
         loss = canonical(model["loss"]) if model.get("loss") is not None else "cross_entropy"
         inp = model.get("input")
         layers = [{**copy.deepcopy(raw), "type": LAYER_TYPES[raw["type"].lower()].kind} for raw in model["layers"]]
-        return cls(layers, [inp] if isinstance(inp, int) else (list(inp) if inp else None), loss, name, description)
+        draft = cls(layers, [inp] if isinstance(inp, int) else (list(inp) if inp else None), loss, name, description)
+        draft.keep_origin()
+        return draft
+
+    def keep_origin(self) -> None:
+        """The network as it is now is the one its name stands for (just opened, or saved under that name)."""
+        self.origin = copy.deepcopy((self.layers, self.input, self.loss))
+
+    def run_name(self) -> str:
+        """The name a run of this network records: its own, or with " (edited)" once it differs from the network
+        opened under that name, so that a changed preset's runs do not pass for the preset's."""
+        if self.origin is None or self.origin == (self.layers, self.input, self.loss):
+            return self.name
+        return f"{self.name[:NAME_CHARS - len(EDITED)]}{EDITED}"
 
     def spec(self, data=None) -> dict:
         """The model spec; with ``data`` (a DatasetInfo) an empty input is the dataset's."""
@@ -222,7 +239,7 @@ class RunRecord:
     test_acc: float | None = None  # None: no evaluation yet
     s_per_epoch: float | None = None
     samples_per_s: float | None = None
-    status: str = "running"  # running | finished | stopped | failed | refused | died
+    status: str = "running"  # running | finished | stopped | failed | refused | died (and paused, as shown)
     config: dict = field(default_factory=dict, repr=False)
     ranks: int = 1  # MPI ranks of a distributed run
     epoch_events: list = field(default_factory=list, repr=False)  # the completed epochs' epoch_end events
@@ -260,10 +277,11 @@ STORE_COLUMNS = ["mark", "id", *COLUMNS, "started", "kind"]
 HEADERS.update({"mark": "✓", "id": "#", "started": "started"})
 
 
-def store_rows(runs: list[dict], marked: list[int] = ()) -> list[dict]:
+def store_rows(runs: list[dict], marked: list[int] = (), paused_pid: int | None = None) -> list[dict]:
     """The run store's rows (``Store.runs``, newest first) as the Runs view shows them, with each run's speedup
     over the latest cpu-serial training run of the same network and batch size: "base" for that run itself, None
-    for older cpu-serial runs."""
+    for older cpu-serial runs. ``paused_pid``: the process of this app's run while it is paused, whose running
+    row then says paused (the store keeps running: a pause is not an outcome)."""
     import time
 
     out = []
@@ -272,7 +290,8 @@ def store_rows(runs: list[dict], marked: list[int] = ()) -> list[dict]:
         train = cfg.get("train") or {}
         out.append({"mark": "✓" if r["id"] in marked else "", "id": r["id"], "network": r["name"],
                     "arch": r["arch"], "samples_per_s": r["samples_per_s"], "speedup": None, "test_acc": r["test_acc"],
-                    "status": r["status"], "batch": train.get("batch_size"),
+                    "status": "paused" if paused_pid is not None and r["status"] == "running"
+                    and r.get("pid") == paused_pid else r["status"], "batch": train.get("batch_size"),
                     "epochs": r["epochs_done"] if r["kind"] == "train" else None,  # (a sweep has points, no epochs)
                     "threads": r["threads"], "ranks": r["ranks"], "s_per_epoch": r.get("s_per_epoch"),
                     "started": time.strftime("%m-%d %H:%M", time.localtime(r["started"])), "kind": r["kind"],

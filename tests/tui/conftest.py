@@ -1,4 +1,5 @@
 """App test helpers: a machine-independent environment, waiting on the app, and scripted events."""
+import os
 import time
 
 import pytest
@@ -120,6 +121,8 @@ class FakeHandle:
         self.closed = True
 
     class proc:  # noqa: N801 (what the app joins when the run retires)
+        pid = os.getpid()  # the process that records the run: this one, as the recorder above does
+
         @staticmethod
         def join(timeout=None):
             pass

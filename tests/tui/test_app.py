@@ -11,6 +11,7 @@ from textual.widgets import Button, DataTable, Input, Select
 from nncore.config import load_config
 from tests.tui.conftest import scripted_run, wait_for
 from tui.app import LayerlabApp
+from tui.panes.runs import RunsPane
 from tui.screens.help import HelpScreen
 from tui.state import STORE_COLUMNS
 from tui.widgets.charts import Chart
@@ -151,8 +152,11 @@ async def test_pause_single_step_and_resume(fixed_env):
         await pilot.press("n")
         await wait_for(pilot, lambda: len([m for m in seen if m["event"] == "step"]) == n + 1, 10)
         assert app.query_one("#step", Button).disabled is False
+        runs = app.query_one(RunsPane)  # the run's row says paused (it said running), then running again
+        assert [r["status"] for r in runs.rows][:1] == ["paused"], runs.rows
         await pilot.press("p")
         await wait_for(pilot, lambda: len([m for m in seen if m["event"] == "step"]) > n + 3, 10)
+        assert [r["status"] for r in runs.rows][:1] == ["running"], runs.rows
         await pilot.press("x")
         await wait_for(pilot, lambda: app.handle is None)
 
@@ -902,6 +906,12 @@ async def test_the_analysis_form_and_table_fit_80_columns(fixed_env):
         assert table.virtual_size.width <= table.content_region.width
         assert str(table.ordered_columns[-1].label) == "K-F"
         assert "K-F: Karp–Flatt serial fraction" in str(app.query_one("#sweep-legend").render())
+        assert "K-F above 1" not in str(app.query_one("#sweep-legend").render())  # (every speedup over 1 here)
+        points = [{**p, "karp_flatt": 1.4} if p["arch"] == "cpu-parallel" else p for p in app.query_one(
+            "#analysis-pane").points]  # a parallel point slower than serial: the legend says what K-F means then
+        app.query_one("#analysis-pane").show(points, None)
+        await pilot.pause()
+        assert "K-F above 1: slower than cpu-serial" in str(app.query_one("#sweep-legend").render())
 
 
 @pytest.mark.parametrize("size", [(80, 24), (140, 45)])
@@ -1205,3 +1215,44 @@ async def test_a_batch_larger_than_the_training_set_or_threads_past_the_cores_ar
             await pilot.pause()
             said = [n.message for n in list(app._notifications)[before:]]
             assert any(f"{threads} threads on the {cpu_count()} core" in m for m in said) == noticed, said
+
+
+async def test_two_invalid_layers_are_both_counted_in_the_status(fixed_env):
+    """Two layers with a bad field each: both are marked ✗ and the status gives the first one's reason and that
+    one more is invalid (it gave the first reason alone, as if one fix would do)."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        table = app.query_one("#layers", DataTable)
+        status = app.query_one("#model-status")
+        for row, text in ((0, "abc"), (2, "xyz")):
+            table.focus()
+            table.move_cursor(row=row)
+            await pilot.press("enter")  # edits the layer's out_features
+            await pilot.press("backspace", "backspace", *text)
+            await wait_for(pilot, lambda: param(app, "out_features").value == text)  # noqa: B023
+        await wait_for(pilot, lambda: "more invalid" in str(status.render()))
+        shown = str(status.render())
+        assert shown.startswith("✗ layer 0 (Linear): out_features 'abc'"), shown
+        assert "(and 1 more invalid layer, marked ✗)" in shown, shown
+        assert [str(table.get_row_at(i)[0]).startswith("✗") for i in range(table.row_count)][:3] == [True, False, True]
+        table.focus()
+        table.move_cursor(row=0)
+        await pilot.press("enter", "backspace", "backspace", "backspace", "8")
+        await wait_for(pilot, lambda: str(status.render()).startswith("✗ layer 2"))
+        assert "more invalid" not in str(status.render())
+
+
+async def test_an_edited_preset_runs_as_edited(fixed_env, fake_runs):
+    """The quadrant preset with its first layer changed ran (and was recorded) as "quadrant": now as
+    "quadrant (edited)", in the Runs view too; the preset as it is runs as "quadrant"."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one("#layers", DataTable)
+        table.focus()
+        await pilot.press("enter", "backspace", "backspace", "8")
+        await wait_for(pilot, lambda: app.draft.layers[0]["out_features"] == 8 and app.model_ok)
+        await pilot.press("escape", "escape", "s")
+        await wait_for(pilot, lambda: app.handle is None and app.runs and app.runs[0].status == "finished")
+        assert fake_runs[-1]["source"] == "quadrant (edited)" and app.runs[0].network == "quadrant (edited)"
+        await pilot.press("4")
+        assert app.query_one(RunsPane).rows[0]["network"] == "quadrant (edited)"

@@ -157,3 +157,33 @@ def test_store_rows_compare_same_network_and_batch():
 
 def test_plural():
     assert [plural(n, "layer") for n in (0, 1, 2, 1000)] == ["0 layers", "1 layer", "2 layers", "1,000 layers"]
+
+
+def test_a_changed_network_records_its_runs_as_edited():
+    """A preset edited in the app recorded its runs under the preset's name, as if they were the preset's; the
+    name says "(edited)" until the network is as opened again or saved under a name of its own."""
+    d = Draft.from_model(load_config("quadrant").model, "quadrant")
+    assert d.run_name() == "quadrant"
+    d.layers[0]["out_features"] = 17
+    assert d.run_name() == "quadrant (edited)"
+    d.layers[0]["out_features"] = 16  # back as it was opened
+    assert d.run_name() == "quadrant"
+    d.loss = "mse"
+    assert d.run_name() == "quadrant (edited)"
+    d.name = "x" * 64  # (a name at the 64-character limit keeps the mark whole)
+    assert d.run_name() == "x" * 55 + " (edited)"
+    d.name = "mine"
+    d.keep_origin()  # saved as mine.toml
+    assert d.run_name() == "mine"
+    assert Draft([], [2], "bce").run_name() == "untitled"  # a new network has nothing to differ from
+
+
+@pytest.mark.parametrize("pid,shown", [(4242, "paused"), (4243, "running"), (None, "running")])
+def test_the_paused_runs_row_says_paused(pid, shown):
+    """While this app's run is paused its row in the Runs view said running; the row of the process that records
+    it says paused (the store keeps running: a pause is no outcome), and another running run is left as it is."""
+    run = {"id": 1, "name": "quadrant", "arch": "cpu-serial", "samples_per_s": None, "test_acc": None,
+           "status": "running", "threads": 1, "ranks": 1, "started": 0, "kind": "train", "pid": 4242,
+           "epochs_done": 0, "config": {"train": {"batch_size": 32}}}
+    assert store_rows([run], paused_pid=pid)[0]["status"] == shown
+    assert store_rows([{**run, "status": "finished"}], paused_pid=pid)[0]["status"] == "finished"

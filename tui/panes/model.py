@@ -200,7 +200,12 @@ class ModelPane(Guarded, Vertical):
             (0, "input") in self.pending or (self.error is not None and self.error.field == "model.input"), "error")
         problem = self.problem()
         if problem is not None:
-            status.update(f"✗ {problem}")
+            # One reason is shown; where more layers are invalid, the count says so (each is marked ✗).
+            bad = {k[0] for k in self.pending if k[0] != 0} | (
+                {id(self.draft.layers[self.error.layer])} if self.error is not None and self.error.layer is not None
+                and 0 <= self.error.layer < len(self.draft.layers) else set())
+            more = f"\n(and {plural(len(bad) - 1, 'more invalid layer')}, marked ✗)" if len(bad) > 1 else ""
+            status.update(f"✗ {problem}{more}")
             status.add_class("error")
         else:
             total = sum(r["params"] for r in rows)

@@ -165,6 +165,7 @@ class RunsPane(Guarded, Vertical):
     rows: list[dict] = []
     total = 0
     note = ""  # why there is no history, where the store cannot be used
+    paused_pid: int | None = None  # the process recording this app's run while it is paused (tui.state.store_rows)
 
     def compose(self) -> ComposeResult:
         yield RunsTable(id="runs-table", cursor_type="row", zebra_stripes=True)
@@ -199,7 +200,7 @@ class RunsPane(Guarded, Vertical):
         # At the top row the view follows the newest run (a run just started goes in above it); elsewhere the
         # selected run stays selected.
         at_top = table.row_count == 0 or table.cursor_row <= 0
-        self.rows, self.total = store_rows(rows, self.marked), total
+        self.rows, self.total = store_rows(rows, self.marked, self.paused_pid), total
         # Text, not markup (a network's name is shown as written), cut with an ellipsis where the column is cut.
         cells = [[Text(_cell(c, r[c]), no_wrap=True, overflow="ellipsis") for c in STORE_COLUMNS] for r in self.rows]
         if table.row_count == len(cells) and all(
