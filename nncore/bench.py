@@ -156,15 +156,20 @@ def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, w
     runtime.sync()
     compile_s = time.perf_counter() - t0
     run(max(warmup - 1, 2))  # (two at least: the launch of several steps compiles its kernel here)
-    for _ in range(64):  # and its trial against single steps runs here, as it does at a training run's start
+
+    def measure_most() -> int:
+        runtime.sync()
+        t0 = time.perf_counter()
+        run(2)
+        runtime.sync()
+        return launch_steps((time.perf_counter() - t0) / 2)
+
+    most = measure_most()
+    for _ in range(64):  # the launch's trial against single steps runs here, as at a training run's start
         if not net.graphs.trying():
             break
-        run(STEPS_A_LAUNCH)
-    runtime.sync()
-    t0 = time.perf_counter()
-    run(2)
-    runtime.sync()
-    most = launch_steps((time.perf_counter() - t0) / 2)
+        run(most)
+    most = measure_most()
     ctx = {"specs": layer_specs(net), "loss": net.loss.name, "n_out": net.out_shape[0], "init": init, "x": x,
            "y": y, "starts": starts, "lr": lr}
     if peer is not None:

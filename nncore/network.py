@@ -32,9 +32,9 @@ from .runtime import ti
 ALL = ("all",)  # ``_update``'s applied: the step's kernels already ran the optimizer on every parameter
 # The most training steps one launch runs (``Sequential.train_steps``): the trainer's and the bench's loops
 # cut their runs of plain steps to this, and to TOGETHER_S seconds of steps (a stop or pause waits for a
-# launch to end). A launch's hand-off to the thread pool and the step's recording, about 0.2-0.3 ms on a
-# 2-core VM, are then paid once for the run (docs/LOG.md, "several steps in one launch", "launches of 16").
-STEPS_A_LAUNCH = 16
+# launch to end). A launch's hand-off to the thread pool and the step's recording, about 0.2-0.45 ms on a
+# 2-core VM, are then paid once for the run (docs/LOG.md, "several steps in one launch", "launches of 32").
+STEPS_A_LAUNCH = 32
 TOGETHER_S = 0.1
 
 
