@@ -2,10 +2,11 @@
 Imported by the app before anything is built; each can go when Textual fixes it."""
 from __future__ import annotations
 
-from textual import work
+from textual import events, work
 from textual.command import CommandPalette
 from textual.css.query import NoMatches
-from textual.widgets import OptionList
+from textual.widget import Widget
+from textual.widgets import Input, OptionList
 
 _move_page = OptionList._move_page
 
@@ -51,3 +52,58 @@ async def _gather_while_open(self: CommandPalette, search_value: str) -> None:
 
 
 CommandPalette._gather_commands = _gather_while_open
+
+
+# -- keys typed faster than the app handles them -------------------------------------------------------------------
+# Textual hands each key to the focused widget's queue as it arrives. A text field inserts a printable key there
+# and then, but resolves a key with a binding (backspace, ctrl+u, Enter, Tab, Escape) only once the key has bubbled
+# up every ancestor's queue to the app. Keys that come in one burst (typed fast, or a clear followed by a paste)
+# were then applied out of order: backspace x 4 then "5000" left "500", ctrl+u then a paste left the field empty.
+# And keys handed to a widget that an earlier key of the burst moved the focus away from went to the old widget
+# (keys typed right after Tab still go to the field Tab leaves: Tab is the screen's binding, resolved at the app).
+
+_dispatch_message = Widget._dispatch_message
+
+
+async def _dispatch_to_focus(self: Widget, message) -> None:
+    """A key handed to this widget as the focus, handled where the focus is now: an earlier key of the same burst
+    (Tab, Enter, Escape) may have moved it since."""
+    if isinstance(message, events.Key) and message.is_forwarded and getattr(message, "_to_focus", None) is self:
+        focused = self.app.focused
+        if focused is not self and self.is_attached:
+            again = events.Key(message.key, message.character)
+            again._to_focus = focused
+            (focused or self.app.screen)._forward_event(again)
+            return
+    await _dispatch_message(self, message)
+
+
+_forward_event = Widget._forward_event
+
+
+def _forward_marked(self: Widget, event) -> None:
+    if isinstance(event, events.Key) and self.app.focused is self:
+        event._to_focus = self  # (see _dispatch_to_focus)
+    _forward_event(self, event)
+
+
+Widget._dispatch_message = _dispatch_to_focus
+Widget._forward_event = _forward_marked
+
+_input_key = Input._on_key
+
+
+async def _input_key_in_order(self: Input, event: events.Key) -> None:
+    """A key bound by the text field itself (backspace, ctrl+u, the cursor keys, Enter), resolved here, in the order
+    keys were typed, as the app would resolve it after the key's bubbling; other keys as before. (Only the field's
+    own actions: an app's action run from inside the field's handler could wait on the field's own queue.)"""
+    if not event.is_printable and self.app.focused is self:
+        for binding in self._bindings.key_to_bindings.get(event.key, ()):
+            if not binding.priority and await self.app.run_action(binding.action, self):
+                event.stop()
+                event.prevent_default()
+                return
+    await _input_key(self, event)
+
+
+Input._on_key = _input_key_in_order

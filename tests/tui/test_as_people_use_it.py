@@ -639,3 +639,36 @@ async def test_a_preset_whose_data_file_is_missing_opens_with_the_reason(fixed_e
         pane = app.query_one("#settings-pane")
         assert "no such file or directory" in pane.error and app.query_one("#path", Input).has_class("error")
         assert app.query_one("#start", Button).disabled
+
+
+@pytest.mark.parametrize("burst,expected", [
+    ([("end", None)] + [("backspace", None)] * 5 + [(c, c) for c in "5000"], "5000"),
+    ([("ctrl+u", None)], ""),  # then a paste, below
+])
+async def test_keys_that_come_in_one_burst_apply_in_order(fixed_env, burst, expected):
+    """Keys typed faster than the app handles them (posted together, as the terminal delivers a fast typist's or a
+    script's keys) apply in the order typed: a text field resolved backspace, ctrl+u or Tab only after the key had
+    bubbled up to the app, behind the letters typed after it (backspace x 5 then 5000 left "500"; ctrl+u then a
+    paste left the field empty)."""
+    from textual import events
+    from textual.widgets import Input
+
+    app = LayerlabApp("quadrant", store=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")
+        seed = app.query_one("#seed", Input)
+        for _ in range(3):
+            seed.value = "0"
+            seed.focus()
+            seed.cursor_position = 1
+            await pilot.pause()
+            for key, char in burst:
+                app.post_message(events.Key(key, char))
+            if burst == [("ctrl+u", None)]:
+                app.post_message(events.Paste("7000"))
+                want = "7000"
+            else:
+                want = expected
+            for _ in range(6):  # (until every key has bubbled and every action has run)
+                await pilot.pause()
+            assert seed.value == want, [k for k, _ in burst]

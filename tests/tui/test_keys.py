@@ -50,3 +50,4 @@ async def test_the_footer_shows_the_key_that_works_where_the_focus_is(fixed_env)
         for word in ("f6 Start", "^b Backend", "f12 Help", "^q Quit"):
             assert word in footer, (word, footer)
         assert " s Start" not in footer and "a Add" not in footer
+
