@@ -43,6 +43,15 @@ ROUND_WARMUP = 8
 MAX_STEPS = 1_000_000
 
 
+def check_step_counts(args, names) -> None:
+    """ConfigError for the first of the options ``names`` (argparse dests) past MAX_STEPS (bench and sweep)."""
+    from .errors import ConfigError
+
+    for name in names:
+        if getattr(args, name) > MAX_STEPS:
+            raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)} is more than {MAX_STEPS:,}")
+
+
 @dataclass
 class BenchResult:
     workload: str

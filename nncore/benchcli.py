@@ -47,9 +47,7 @@ def _check(args) -> tuple[list[str], list[int]]:
         args.round_warmup = bench.ROUND_WARMUP
     if args.round_warmup < 0:
         raise ConfigError(f"--round-warmup {args.round_warmup} must be >= 0")
-    for name in ("steps", "warmup", "round_warmup"):
-        if getattr(args, name) > bench.MAX_STEPS:
-            raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)} is more than {bench.MAX_STEPS:,}")
+    bench.check_step_counts(args, ("steps", "warmup", "round_warmup"))
     if args.json not in (None, "-"):
         check_output(args.json, "--json")  # before the benchmark, not found unwritable after it
     return names, _ints(args.batch, "batch")

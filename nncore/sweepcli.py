@@ -37,9 +37,7 @@ def run_sweep_cli(args) -> int:
         for name in ("steps", "repeats", "warmup"):
             if getattr(args, name) < 1:
                 raise ConfigError(f"--{name} {getattr(args, name)} must be >= 1")
-        for name in ("steps", "warmup"):
-            if getattr(args, name) > bench.MAX_STEPS:
-                raise ConfigError(f"--{name} {getattr(args, name)} is more than {bench.MAX_STEPS:,}")
+        bench.check_step_counts(args, ("steps", "warmup"))
         model = cfg.model
         if "input" not in model:
             raise ConfigError(f"{cfg.source}: sweeps need model.input")
