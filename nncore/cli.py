@@ -21,9 +21,21 @@ from .errors import ConfigError, LayerlabError
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_DIVERGED, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
 
+class _DefaultsShown(argparse.HelpFormatter):
+    """--help says each option's default where it has one and its help does not already say it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if (action.option_strings and action.default not in (None, False, argparse.SUPPRESS)
+                and "default" not in text):
+            text += " (default: %(default)s)"
+        return text
+
+
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("allow_abbrev", False)  # --rank is not --ranks: options are spelled out
+        kwargs.setdefault("formatter_class", _DefaultsShown)
         super().__init__(*args, **kwargs)
 
     def error(self, message):  # one line and exit 2, instead of usage + message
@@ -131,10 +143,11 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: all but net-1h-relu)")
     b.add_argument("--batch", default="64,256,1000", help="comma-separated batch sizes")
     _alias(b, "--batch-size", "batch")
-    b.add_argument("--arch", default="cpu-parallel", choices=["cpu-serial", "cpu-parallel", "cuda"])
-    b.add_argument("--threads", type=_int_arg)
+    b.add_argument("--arch", default="cpu-parallel", choices=["cpu-serial", "cpu-parallel", "cuda"],
+                   help="the backend to measure")
+    b.add_argument("--threads", type=_int_arg, help="threads for cpu-parallel (default: all cores)")
     b.add_argument("--steps", type=_int_arg, default=20, help="training steps per timed repeat")
-    b.add_argument("--repeats", type=_int_arg, default=5)
+    b.add_argument("--repeats", type=_int_arg, default=5, help="timed repeats (the median is kept)")
     b.add_argument("--warmup", type=_int_arg, default=3, help="steps before timing (the first compiles)")
     b.add_argument("--round-warmup", type=_int_arg, default=None, metavar="N",
                    help="untimed steps before each timed round, layerlab's and PyTorch's, after the quiet gap "
@@ -147,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--json", metavar="FILE|-", help="write the results as JSON ('-': stdout, instead of text)")
     _store_args(b)
     sw = sub.add_parser("sweep", help="scaling sweep: archs x threads x batch sizes x filters, with Amdahl")
-    sw.add_argument("config")
+    sw.add_argument("config", help="a config .toml, or the name of one in assets/configs")
     sw.add_argument("--archs", default="cpu-serial,cpu-parallel", help="comma-separated backends to compare")
     sw.add_argument("--batch", default="64,256,1000", help="comma-separated batch sizes")
     _alias(sw, "--batch-size", "batch")
@@ -161,14 +174,16 @@ def _parser() -> argparse.ArgumentParser:
                     help="directory for sweep.csv and sweep.json, made if its parent exists (default: "
                          "./sweep-results)")
     _store_args(sw)
-    ls = sub.add_parser("lockstep", help="train on two archs in lockstep and compare losses and weights")
-    ls.add_argument("config")
-    ls.add_argument("--archs", default="cpu-serial,cpu-parallel")
-    ls.add_argument("--steps", type=_int_arg, default=20)
-    ls.add_argument("--batch-size", type=_int_arg, default=64)
+    ls = sub.add_parser("lockstep", help="train on two archs in lockstep and compare losses and weights",
+                        epilog="exit code 1: some step differs beyond --tol (2: bad config or argument)")
+    ls.add_argument("config", help="a config .toml, or the name of one in assets/configs")
+    ls.add_argument("--archs", default="cpu-serial,cpu-parallel", help="the two backends to compare")
+    ls.add_argument("--steps", type=_int_arg, default=20, help="training steps")
+    ls.add_argument("--batch-size", type=_int_arg, default=64, help="samples a step")
     _alias(ls, "--batch", "batch_size", type=_int_arg)
     _alias(ls, "--arch", "archs")
-    ls.add_argument("--tol", type=_float_arg, default=1e-5)
+    ls.add_argument("--tol", type=_float_arg, default=1e-5,
+                    help="the largest relative difference of loss or weights allowed between the two")
     r = sub.add_parser("runs", help="past runs from the run store: list, show, compare, export, rm")
     r.add_argument("--store", metavar="PATH", help="the run store (default: runs.sqlite in LAYERLAB_HOME or the "
                                                    "user data directory)")
@@ -277,6 +292,12 @@ def _archs() -> int:
 
 
 _FLAG_OF = {"path": "--data", "test_path": "--test-data", "shuffle": "--no-shuffle"}  # field -> its flag
+_SPELLINGS = {"--batch-size": ("--batch",)}  # a flag -> its other spellings (_alias), blamed as the user typed it
+_ARGV: list[str] = []  # main's arguments
+
+
+def _typed(flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in _ARGV)
 
 
 def _override(cfg, section: str, **values):
@@ -288,6 +309,7 @@ def _override(cfg, section: str, **values):
         if prefix != section or values.get(name) is None:
             raise
         flag = _FLAG_OF.get(name, "--" + name.replace("_", "-"))
+        flag = next((f for f in _SPELLINGS.get(flag, ()) if _typed(f)), flag)
         reason = str(exc).removeprefix(f"{cfg.source}: ")
         raise ConfigError(f"{flag}: {reason}", layer=exc.layer, field=exc.field) from None
 
@@ -570,6 +592,7 @@ def _silence_stdout(stream) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _ARGV[:] = argv
     args = _parser().parse_args(argv)
     if args.version:
         print(f"layerlab {package_version()}")

@@ -205,7 +205,7 @@ class LayerlabApp(GuardedApp):
     def on_model_pane_changed(self, event: ModelPane.Changed) -> None:
         self.model_ok = event.valid
         for pane in self.query(SettingsPane):  # (none while the app is closing)
-            pane.set_misfit(event.misfit)
+            pane.set_misfit(event.misfit, event.problem)
         self._update_controls()
 
     def on_settings_pane_changed(self, event: SettingsPane.Changed) -> None:

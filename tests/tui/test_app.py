@@ -818,6 +818,27 @@ async def test_the_data_view_does_not_call_valid_data_the_network_cannot_train_o
         assert not status.has_class("error")
 
 
+async def test_the_data_view_does_not_call_the_run_ready_while_a_layer_is_invalid(fixed_env):
+    """A layer's field is bad in the Model view: the Data view still says its own settings are valid, and then
+    that the network is not, with the Model view's reason (it said only "settings are valid")."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one("#layers", DataTable)
+        table.focus()
+        await pilot.press("enter", "backspace", "backspace", "q", "escape", "2")
+        status = app.query_one("#settings-status")
+        await wait_for(pilot, lambda: "✗" in str(status.render()))
+        shown = str(status.render())
+        assert shown.startswith("✓ settings are valid; quadrant"), shown
+        assert "✗ but the network is not (Model view, F1): layer 0 (Linear): out_features 'q'" in shown, shown
+        assert status.has_class("error")
+        await pilot.press("1")
+        table.focus()
+        await pilot.press("enter", "backspace", "5", "escape", "2")
+        await wait_for(pilot, lambda: "✗" not in str(status.render()))
+        assert str(status.render()).startswith("✓ settings are valid") and not status.has_class("error")
+
+
 async def test_a_layer_keeps_its_last_good_value_while_its_field_is_bad(fixed_env):
     """Clearing out_features and typing abc marks the field, but the layer keeps 16: the table shows its shapes
     (it showed "✗ invalid" and "—" below), and its columns shrink back once a long value is gone."""

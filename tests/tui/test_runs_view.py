@@ -272,12 +272,13 @@ async def test_the_runs_view_shows_runs_recorded_elsewhere_when_it_is_shown(fixe
 
 async def test_the_runs_view_follows_the_store_while_it_is_shown(fixed_env):
     """Runs recorded by another process appear while the view stays open (they needed another view and back);
-    an empty store says so where the curves go."""
+    an empty store says so once (the hint under the table), and where the curves go what will be there."""
     app = LayerlabApp("quadrant")
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("4")
         await pilot.pause()
-        assert "no runs yet" in str(app.query_one("#runs-loss", Chart).render())
+        assert "curves appear here" in str(app.query_one("#runs-loss", Chart).render())
+        assert screen_text(app).count("no runs yet") == 1, screen_text(app)
         other = Store(app.store.path)  # another connection to the same file, as another process has
         other.add_finished("sweep", "from-elsewhere", {"model": {}, "sweep": {}}, [], {}, arch="cpu-serial")
         await wait_for(pilot, lambda: "from-elsewhere" in [r["network"] for r in _rows(app)], 20)

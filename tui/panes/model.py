@@ -91,11 +91,12 @@ class InitSelect(Select):
 class ModelPane(Guarded, Vertical):
     class Changed(Message):
         """The draft changed; ``valid`` says whether it builds and fits the dataset, ``misfit`` why it does not fit
-        the dataset (its input or output width against the data), if that is what is wrong."""
+        the dataset (its input or output width against the data), if that is what is wrong, else ``problem`` what
+        is (an invalid layer)."""
 
-        def __init__(self, valid: bool, misfit: str | None = None) -> None:
+        def __init__(self, valid: bool, misfit: str | None = None, problem: str | None = None) -> None:
             super().__init__()
-            self.valid, self.misfit = valid, misfit
+            self.valid, self.misfit, self.problem = valid, misfit, problem
 
     class PresetChosen(Message):
         def __init__(self, name: str) -> None:
@@ -215,7 +216,7 @@ class ModelPane(Guarded, Vertical):
                           f"{fmt_flops(sum(r['flops_fwd'] for r in rows))} forward FLOPs per sample")
             status.remove_class("error")
         misfit = str(self.error) if self.error is not None and self.error.about_data else None
-        self.post_message(self.Changed(problem is None, misfit))
+        self.post_message(self.Changed(problem is None, misfit, problem if misfit is None else None))
 
     def _sync_editor(self) -> None:
         """Rebuild the parameter fields when the selected layer is another one (or another type)."""

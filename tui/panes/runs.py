@@ -30,6 +30,7 @@ PAGE = 100  # runs read from the store at a time
 LEGEND = " · ".join(f"{HEADERS.get(k, k)}: {v}" for k, v in MEANING.items() if k in
                     ("samples_per_s", "speedup", "test_acc"))
 NO_CURVES = "select a run to see its curves; mark two or more with space to overlay them"
+NO_RUNS_CURVES = "a training run's loss and accuracy curves appear here"  # (the hint above says there are none)
 
 
 def _cell(key: str, value) -> str:
@@ -295,7 +296,7 @@ class RunsPane(Guarded, Vertical):
         chosen = [r for r in self.chosen() if r["kind"] == "train"]
         if not chosen:
             what = self.chosen()
-            loss.clear(_no_curves(what[0]) if what else NO_CURVES if self.rows else "no runs yet")
+            loss.clear(_no_curves(what[0]) if what else NO_CURVES if self.rows else NO_RUNS_CURVES)
             acc.clear()
             return
         try:

@@ -68,6 +68,7 @@ class SettingsPane(Guarded, VerticalScroll):
         self._reasons: dict[str, str] = {}  # each bad field's reason (validate), the first one's as self.error
         self.data = None  # the DatasetInfo of the dataset chosen, when it can be described
         self.misfit: str | None = None  # why the network cannot train on that dataset (set_misfit)
+        self.model_problem: str | None = None  # what else is wrong with the network (set_misfit)
         self._want, self._reading, self._read_timer = None, False, None  # a CSV file to read (_read_table)
 
     def compose(self) -> ComposeResult:
@@ -280,14 +281,19 @@ class SettingsPane(Guarded, VerticalScroll):
         if self.misfit is not None:
             status.update(f"✗ the network does not fit {shape}: {self.misfit}")
             status.add_class("error")
+        elif self.model_problem is not None:
+            status.update(f"✓ settings are valid; {shape}\n✗ but the network is not (Model view, F1): "
+                          f"{self.model_problem}")
+            status.add_class("error")
         else:
             status.update(f"✓ settings are valid; {shape}")
             status.remove_class("error")
 
-    def set_misfit(self, why: str | None) -> None:
-        """Why the network in the Model view cannot train on this dataset (its input or output width), or None:
-        the settings are valid, but this view should not say the run can go ahead."""
-        self.misfit = why
+    def set_misfit(self, why: str | None, problem: str | None = None) -> None:
+        """Why the network in the Model view cannot train on this dataset (its input or output width), or None,
+        and what else is wrong with it (``problem``): the settings are valid, but this view should not say the
+        run can go ahead."""
+        self.misfit, self.model_problem = why, problem
         if self.error is None and self.data is not None:
             self._show_valid()
 
