@@ -443,10 +443,16 @@ CNN_WIDE = [{"type": "Conv2D", "out_channels": 5, "kernel_size": 3}, {"type": "R
             {"type": "Tanh"}, {"type": "Linear", "out_features": 5}]
 
 
-@pytest.mark.parametrize("arch,pool,wide", [("cpu-serial", False, False), ("cpu-parallel", False, False),
-                                            ("cpu-parallel", True, False), ("cpu-serial", False, True),
-                                            ("cpu-parallel", True, True)])
-@pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.01)])
+# Each kernel variant (one thread, the pool, in place, the long batch's tiles) with momentum and weight decay
+# and without, though not every pairing: the first and the last variant take both.
+_PLAIN, _MOMENTUM = (0.0, 0.0), (0.9, 0.01)
+
+
+@pytest.mark.parametrize("arch,pool,wide,momentum,weight_decay", [
+    ("cpu-serial", False, False, *_PLAIN), ("cpu-serial", False, False, *_MOMENTUM),
+    ("cpu-parallel", False, False, *_MOMENTUM), ("cpu-parallel", True, False, *_PLAIN),
+    ("cpu-serial", False, True, *_MOMENTUM), ("cpu-parallel", True, True, *_PLAIN),
+    ("cpu-parallel", True, True, *_MOMENTUM)])
 @pytest.mark.parametrize("layers,shape,applied", [(MLP_ODD, [29], [True, True, True, False]),
                                                   (CNN_WIDE, [2, 9, 11], [False, False, True, False])])
 def test_sgd_applied_in_backward_equals_the_optimizer_step(arch, pool, rng, momentum, weight_decay, layers, shape,
