@@ -174,6 +174,92 @@ def cpu_flags() -> frozenset:
     return frozenset()
 
 
+# A tiny kernel of 16-wide vector multiply-adds, compiled with the settings of ``init`` and its machine code
+# written out (Taichi writes it to the working directory): whether that code uses AVX-512's zmm registers.
+_JIT_PROBE = r"""
+import contextlib, glob, io
+import taichi as ti
+with contextlib.redirect_stdout(io.StringIO()):
+    ti.init(arch=ti.cpu, offline_cache=False, print_kernel_asm=True, log_level=ti.ERROR, cpu_max_num_threads=1,
+            real_matrix_scalarize=False, fast_math=False, opt_level=0)
+V = ti.types.vector(16, ti.f32)
+@ti.kernel
+def k(a: ti.types.ndarray(dtype=V, ndim=1)):
+    for i in range(1):
+        acc = V(0.0)
+        for j in range(a.shape[0]):
+            acc += a[j] * a[j]
+        a[0] = acc
+k(ti.ndarray(V, 4))
+code = "".join(open(f).read() for f in glob.glob("taichi_kernel_cpu*.s"))
+print("zmm" if "zmm" in code else "ymm" if "ymm" in code else "?")
+"""
+
+
+def jit_avx512() -> bool:
+    """Whether Taichi's CPU code uses AVX-512 registers on this machine, which the CPU having AVX-512 does not
+    settle: Taichi 1.7's LLVM 15 takes an AMD Zen 4 (family 25) for a Zen 3 and emits AVX2 code for it, 16
+    vector registers of 8 floats, where a Zen 5 or a recent Xeon gets 32 of 16. The CPU products size their
+    register tiles by this (``gemm_cpu._layout``). Found once per machine by compiling a probe kernel in a
+    process of its own (a second or two) and kept in the user cache directory; where the probe fails, the
+    CPU's flags decide."""
+    if "avx512f" not in cpu_flags():
+        return False
+    import hashlib
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    import platformdirs
+
+    key = hashlib.sha256(f"{ti.__version__}|{cpu_name()}|{sorted(cpu_flags())}|{_cpu_model()}".encode()).hexdigest()
+    path = os.path.join(platformdirs.user_cache_dir("layerlab", appauthor=False), "jit-avx512.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            known = json.load(fh)
+        if isinstance(known, dict) and isinstance(known.get(key), bool):
+            return known[key]
+    except (OSError, ValueError):
+        known = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="layerlab-jit-") as tmp:
+            with open(os.path.join(tmp, "probe.py"), "w", encoding="utf-8") as fh:
+                fh.write(_JIT_PROBE)  # (Taichi reads a kernel's source from its file)
+            out = subprocess.run([sys.executable, "probe.py"], cwd=tmp, capture_output=True, text=True,
+                                 timeout=120, env=dict(os.environ, TI_LOG_LEVEL="error")).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    if not out or out[-1] not in ("zmm", "ymm"):
+        return True  # (the probe did not answer: trust the flags)
+    found = out[-1] == "zmm"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        known = {**(known if isinstance(known, dict) else {}), key: found}
+        tmp_path = f"{path}.{os.getpid()}"
+        with open(tmp_path, "w", encoding="utf-8") as fh:
+            json.dump(known, fh)
+        os.replace(tmp_path, path)
+    except OSError:
+        pass
+    return found
+
+
+def _cpu_model() -> str:
+    """The CPU's family, model and stepping as /proc/cpuinfo gives them (part of ``jit_avx512``'s key)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    break
+                name, _, value = line.partition(":")
+                fields[name.strip()] = value.strip()
+    except OSError:
+        pass
+    return "/".join(fields.get(k, "") for k in ("vendor_id", "cpu family", "model", "stepping"))
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:

@@ -59,13 +59,15 @@ def _layout() -> tuple[int, int]:
     and 10 loads per 16 fused multiply-adds, within the two loads a cycle that the two FMA units leave room
     for (16 rows x 1 strip needed 17 loads, and loads set the pace). AVX2 has 16 registers of 8 floats, so a
     16-wide row takes two: 4 rows x 1 strip (8 registers) keeps its accumulators in registers (16-row tiles,
-    which cannot, ran well behind 6-row ones on AVX2).
+    which cannot, ran well behind 6-row ones on AVX2). What counts is the code Taichi emits, not the CPU: on an
+    AMD Zen 4 it emits AVX2 code, where the 8 x 2 tile's 32 half-registers of accumulators spill
+    (``runtime.jit_avx512``).
 
     A kernel holds one register tile's code and loops over a tile's row groups at run time: unrolled groups
     gained little at run time, but the machine code that Taichi regenerates from its offline cache at every
     start took 2.5x as long. (Both measurements: docs/LOG.md, '2026-11-23: figures moved out of comments', CPU
     GEMM.)"""
-    return LAYOUT_AVX512 if "avx512f" in runtime.cpu_flags() else LAYOUT_AVX2
+    return LAYOUT_AVX512 if runtime.jit_avx512() else LAYOUT_AVX2
 
 
 ROWS, COLS = _layout()  # read when the kernels compile (tests swap them, then re-initialise the runtime)

@@ -140,3 +140,50 @@ def test_compile_errors_still_point_at_their_own_line():
         line_no = int(where.split("line ")[1].split(",")[0])
         assert name in open(__file__).read().splitlines()[line_no - 1]
     runtime.init("cpu-parallel")
+
+
+def test_whether_taichi_emits_avx512_is_probed_once_and_kept(monkeypatch, tmp_path):
+    """jit_avx512: no probe on a CPU without AVX-512; otherwise one probe process whose answer is kept per
+    machine (a second call starts none), a damaged cache file probed again, and a probe that fails leaves the
+    decision to the CPU's flags."""
+    import subprocess
+
+    monkeypatch.setattr("platformdirs.user_cache_dir", lambda *a, **k: str(tmp_path))
+    calls = []
+    real_run = subprocess.run
+
+    def run(*args, **kwargs):
+        calls.append(args)
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    flags = runtime.cpu_flags()
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"fma", "avx2"}))
+    assert runtime.jit_avx512() is False and calls == []
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: flags | {"avx512f"})
+    first = runtime.jit_avx512()
+    assert len(calls) == 1 and isinstance(first, bool)
+    assert runtime.jit_avx512() is first and len(calls) == 1  # (kept)
+    cache = tmp_path / "jit-avx512.json"
+    cache.write_text("{not json")
+    assert runtime.jit_avx512() is first and len(calls) == 2  # (probed again, and kept again)
+    assert runtime.jit_avx512() is first and len(calls) == 2
+    cache.unlink()
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(subprocess.TimeoutExpired("x", 1)))
+    assert runtime.jit_avx512() is True  # (no answer: the flags say AVX-512)
+    assert not cache.exists()
+
+
+def test_the_probe_finds_the_registers_taichi_uses(monkeypatch, tmp_path):
+    """The probe's kernel, compiled by Taichi here, uses AVX-512's zmm registers exactly where jit_avx512 says
+    so, and otherwise 256-bit ymm ones (every CPU this runs on has AVX2): read from the machine code directly."""
+    import subprocess
+    import sys
+
+    (tmp_path / "probe.py").write_text(runtime._JIT_PROBE)
+    subprocess.run([sys.executable, "probe.py"], cwd=tmp_path, capture_output=True, check=True, timeout=120)
+    code = "".join(p.read_text() for p in tmp_path.glob("taichi_kernel_cpu*.s"))
+    assert "vfmadd" in code or "vmulps" in code
+    monkeypatch.setattr("platformdirs.user_cache_dir", lambda *a, **k: str(tmp_path / "cache"))
+    assert runtime.jit_avx512() == ("zmm" in code)
+    assert ("zmm" in code) or ("ymm" in code)
