@@ -165,6 +165,7 @@ async def test_run_controls_that_cannot_act_say_why(fixed_env):
     """s during a run, n while not paused, p, n and x with no run: their keys are out of the footer then, and
     pressing them did nothing at all; now each says why in a notice. Typed into a text field they are text."""
     app = LayerlabApp("quadrant")
+    app.NOTIFICATION_TIMEOUT = 600  # (a notice expires after 5 s, which a loaded machine can take between two)
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         notices = lambda: [str(n.message) for n in app._notifications]  # noqa: E731
         await pilot.press("3")
