@@ -161,17 +161,26 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def cpu_flags() -> frozenset:
-    """The CPU's feature flags (``avx512f``, ``fma``, ...) as /proc/cpuinfo lists them; empty where it cannot
-    be read."""
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo (``flags``, ``model name``, ``cpu family``, ...); empty
+    where it cannot be read."""
+    fields = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+                if not line.strip():
+                    break
+                name, _, value = line.partition(":")
+                fields[name.strip()] = value.strip()
     except OSError:
         pass
-    return frozenset()
+    return fields
+
+
+def cpu_flags() -> frozenset:
+    """The CPU's feature flags (``avx512f``, ``fma``, ...) as /proc/cpuinfo lists them; empty where it cannot
+    be read."""
+    return frozenset(_cpuinfo().get("flags", "").split())
 
 
 # A tiny kernel of 16-wide vector multiply-adds, compiled with the settings of ``init`` and its machine code
@@ -201,7 +210,7 @@ def jit_avx512() -> bool:
     settle: Taichi 1.7's LLVM 15 takes an AMD Zen 4 (family 25) for a Zen 3 and emits AVX2 code for it, 16
     vector registers of 8 floats, where a Zen 5 or a recent Xeon gets 32 of 16. The CPU products size their
     register tiles by this (``gemm_cpu._layout``). Found once per machine by compiling a probe kernel in a
-    process of its own (a second or two) and kept in the user cache directory; where the probe fails, the
+    process of its own (0.6 s on a 2-core VM) and kept in the user cache directory; where the probe fails, the
     CPU's flags decide."""
     if "avx512f" not in cpu_flags():
         return False
@@ -246,29 +255,13 @@ def jit_avx512() -> bool:
 
 
 def _cpu_model() -> str:
-    """The CPU's family, model and stepping as /proc/cpuinfo gives them (part of ``jit_avx512``'s key)."""
-    fields = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if not line.strip():
-                    break
-                name, _, value = line.partition(":")
-                fields[name.strip()] = value.strip()
-    except OSError:
-        pass
+    """The CPU's vendor, family, model and stepping (part of ``jit_avx512``'s key)."""
+    fields = _cpuinfo()
     return "/".join(fields.get(k, "") for k in ("vendor_id", "cpu family", "model", "stepping"))
 
 
 def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
 
 
 def _probe_cuda() -> tuple[bool, str, str]:
