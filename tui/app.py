@@ -679,7 +679,14 @@ class LayerlabApp(GuardedApp):
         panes = self.query(TrainPane)
         if not panes:  # the app is closing: a message that arrives then has no pane left to update
             return
-        panes.first().set_state(text, running, self.paused, not running and why is None, pausable=not distributed)
+        # Beside the buttons a long reason would wrap over several lines and push the charts down: where it
+        # does not fit in two, it is shortened to where to look (s says it in full).
+        short = None
+        if not running and why is not None and text == why:
+            short = ("a setting is invalid: see the Data & training view (2 or F2)" if not self.settings_ok
+                     else "the network cannot train: see the Model view (1 or F1)" if not self.model_ok else None)
+        panes.first().set_state(text, running, self.paused, not running and why is None, pausable=not distributed,
+                                short=short)
         self._show_title()
         self.refresh_bindings()
         self.call_after_refresh(self._keep_focus)

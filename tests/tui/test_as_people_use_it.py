@@ -558,6 +558,24 @@ async def test_the_editor_follows_a_moved_layer(fixed_env):
         labels = [str(label.render()) for label in app.query("#layer-editor .layer-index")]
         assert labels == ["layer 1"] and app.draft.layers[1]["type"] == "Linear"
 
+async def test_a_moved_invalid_layer_is_named_where_it_now_is(fixed_env):
+    """A value refused in layer 2, then the layer moved up: every message names it as layer 1, as the table does."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("down", "down", "enter")
+        field = focused_param(app, "out_features")
+        field.value = ""
+        await type_keys(pilot, list("-3"))
+        assert str(app.query_one("#model-status").render()).startswith("✗ layer 2 (Linear): out_features -3")
+        app.query_one(LayerTable).focus()
+        await pilot.press("shift+up")
+        await pilot.pause()
+        status = str(app.query_one("#model-status").render())
+        assert status.startswith("✗ layer 1 (Linear): out_features -3"), status
+        assert str(app.query_one(LayerTable).get_row_at(1)[0]) == "✗ 1"
+        assert "layer 1 (Linear)" in str(app.query_one("#settings-pane").model_problem)
+
+
 
 async def test_a_negative_parameter_is_refused_for_what_it_is(fixed_env):
     app = LayerlabApp("quadrant")
@@ -672,3 +690,20 @@ async def test_keys_that_come_in_one_burst_apply_in_order(fixed_env, burst, expe
             for _ in range(6):  # (until every key has bubbled and every action has run)
                 await pilot.pause()
             assert seed.value == want, [k for k, _ in burst]
+
+
+@pytest.mark.parametrize("size, full", [((80, 24), False), ((140, 45), True)])
+async def test_why_training_cannot_start_fits_beside_the_buttons(fixed_env, size, full):
+    """With an invalid layer the Train view says why beside the buttons: in full where it fits in two lines,
+    else where to look, so the charts keep their place on a small terminal."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("down", "down", "enter")
+        focused_param(app, "out_features").value = "0"
+        await pilot.press("f3")
+        await pilot.pause()
+        state = app.query_one("#run-state")
+        text = str(state.render())
+        assert ("layer 2 (Linear): out_features 0" in text) == full, text
+        assert ("see the Model view" in text) != full, text
+        assert state.size.height <= 2 and app.query_one("#start", Button).disabled

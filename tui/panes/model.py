@@ -188,7 +188,11 @@ class ModelPane(Guarded, Vertical):
         if self.pending:
             order = {id(layer): i for i, layer in enumerate(self.draft.layers)}
             key = min(self.pending, key=lambda k: order.get(k[0], -1))
-            return self.pending[key][1]
+            why = self.pending[key][1]
+            if key[0] not in order:  # the input shape's field
+                return f"model.{why}"
+            i = order[key[0]]  # named by where the layer is now: it may have moved since the value was typed
+            return f"layer {i} ({self.draft.layers[i].get('type', '?')}): {why}"
         if self.error is not None:
             return str(self.error)
         if self.data_error is not None:
@@ -285,7 +289,7 @@ class ModelPane(Guarded, Vertical):
             if value is None and field.param.placeholder == "required":  # cleared on the way to a new value
                 raise ValueError(f"missing parameter '{field.param.name}'")
         except ValueError as exc:
-            self.pending[key] = (event.value, f"layer {i} ({field.of_layer['type']}): {exc}")
+            self.pending[key] = (event.value, str(exc))
             field.add_class("error")
             self.refresh_table()
             return
@@ -313,7 +317,7 @@ class ModelPane(Guarded, Vertical):
         try:
             shape = parse_shape(event.value)
         except ValueError as exc:
-            self.pending[(0, "input")] = (event.value, f"model.{exc}")
+            self.pending[(0, "input")] = (event.value, str(exc))
             self.refresh_table()
             return
         self.pending.pop((0, "input"), None)

@@ -40,6 +40,7 @@ class TrainPane(Guarded, Vertical):
     progress_parts: tuple[str, ...] | list[str] = ()  # what the progress line last said, part by part
     tall = True  # the terminal has room for both
     table_first = False  # short terminal: the per-part table instead of the charts
+    state_texts: tuple[str, str | None] = ("idle", None)  # the run state beside the buttons, and its short form
     def compose(self) -> ComposeResult:
         with Horizontal(id="controls"):
             yield Button("Start (s)", id="start", variant="success", compact=True)
@@ -74,13 +75,26 @@ class TrainPane(Guarded, Vertical):
         self.query_one("#timings", TimingBars).clear()
         self.query_one("#rank-times", RankBars).clear()
 
-    def set_state(self, text: str, running: bool, paused: bool, can_start: bool, pausable: bool = True) -> None:
-        self.query_one("#run-state", Static).update(text)
+    def set_state(self, text: str, running: bool, paused: bool, can_start: bool, pausable: bool = True,
+                  short: str | None = None) -> None:
+        """``short``: what to say instead of ``text`` where ``text`` would take more than two lines."""
+        self.state_texts = (text, short)
+        self._show_state()
         self.query_one("#start", Button).disabled = running or not can_start
         self.query_one("#pause", Button).disabled = not (running and pausable)
         self.query_one("#pause", Button).label = "Resume (p)" if paused else "Pause (p)"
         self.query_one("#step", Button).disabled = not (running and paused)
         self.query_one("#stop", Button).disabled = not running
+
+    def _show_state(self) -> None:
+        text, short = self.state_texts
+        state = self.query_one("#run-state", Static)
+        # (a view not shown yet has no size: the buttons beside the state take about 46 columns)
+        width = state.content_size.width or max(10, self.app.size.width - 46)
+        state.update(short if short is not None and len(text) > 2 * width else text)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._show_state)
 
     def set_tall(self, tall: bool) -> None:
         self.tall = tall
