@@ -85,6 +85,10 @@ RUNS_KEYS = [
 ANALYSIS_KEYS = [
     Key("w", None, "app.sweep", "Sweep", "run a scaling sweep of the network in the editor (enter in a field does "
         "too)", where="Analysis"),
+    # (a text field leaves these keys to the view, so the results below the fold scroll from the form too)
+    Key("pagedown", None, "scroll_results(1)", "", "scroll the results below the form down a page",
+        show=False, where="Analysis"),
+    Key("pageup", None, "scroll_results(-1)", "", "scroll the results up a page", show=False, where="Analysis"),
 ]
 ALL_KEYS = APP_KEYS + MODEL_KEYS + TRAIN_KEYS + RUNS_KEYS + ANALYSIS_KEYS
 OTHER_KEYS = [("ctrl+p", "command palette: every action by name"),
@@ -100,7 +104,8 @@ def show_key(key: str | None) -> str:
     if not key:
         return ""
     names = {"question_mark": "?", "escape": "Escape", "space": "space", "enter": "Enter", "shift+up": "shift+↑",
-             "shift+down": "shift+↓", "home": "Home", "end": "End"}
+             "shift+down": "shift+↓", "home": "Home", "end": "End",
+             "pagedown": "PageDown", "pageup": "PageUp"}
     if key in names:
         return names[key]
     return key.upper() if key[0] == "f" and key[1:].isdigit() else key

@@ -1278,3 +1278,27 @@ async def test_an_edited_preset_runs_as_edited(fixed_env, fake_runs):
         assert fake_runs[-1]["source"] == "quadrant (edited)" and app.runs[0].network == "quadrant (edited)"
         await pilot.press("4")
         assert app.query_one(RunsPane).rows[0]["network"] == "quadrant (edited)"
+
+
+async def test_the_analysis_results_scroll_from_the_form(fixed_env):
+    """At 80x24 the charts below the fold scroll with PageDown / PageUp typed while a field of the form has the
+    focus (they scrolled only once Tab reached the results); the field keeps its text and the focus."""
+    from nncore import analysis
+
+    layers = [{"name": f"layer {i}", "fwd_ms": 0.01, "bwd_ms": 0.02, "share": 0.1, "gflops": 1.0} for i in range(7)]
+    pts = analysis.derive([analysis.SweepPoint(a, t, b, None, s, 1e3 * b / s, 1.0, layers, 9)
+                           for a, t, b, s in [("cpu-serial", 1, 64, 1000.0), ("cpu-parallel", 2, 64, 1700.0)]])
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("5")
+        pane = app.query_one("#analysis-pane")
+        pane.show([p.to_dict() for p in pts], analysis.amdahl_view(pts[0], 0.01, 2, {"cpu-parallel": 1.7}).__dict__)
+        results = app.query_one("#sweep-results")
+        await wait_for(pilot, lambda: results.max_scroll_y > 0)
+        field = app.query_one("#sweep-batch", Input)
+        field.focus()
+        await pilot.press("pagedown")
+        await wait_for(pilot, lambda: results.scroll_y > 0)
+        assert app.focused is field and field.value == "64,256"
+        await pilot.press("pageup")
+        await wait_for(pilot, lambda: results.scroll_y == 0)

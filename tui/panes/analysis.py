@@ -86,6 +86,10 @@ class AnalysisPane(Guarded, Vertical):
             yield Static(amdahl_text(None), id="sweep-amdahl", markup=False)
             yield Static(SYNCED_NOTE, id="sweep-note", markup=False)
 
+    def action_scroll_results(self, pages: int) -> None:
+        results = self.query_one("#sweep-results", CellScroll)
+        (results.scroll_page_down if pages > 0 else results.scroll_page_up)(animate=False)
+
     def on_input_submitted(self) -> None:
         self.app.action_sweep()
 
