@@ -31,6 +31,12 @@ class _DefaultsShown(argparse.HelpFormatter):
             text += " (default: %(default)s)"
         return text
 
+    def _split_lines(self, text, width):
+        # Lines break at spaces only: "cpu-serial" split at its hyphen reads as two words.
+        import textwrap
+
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
+
 
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):

@@ -87,13 +87,17 @@ def kernel_file(path) -> bool:
 
 def ascii_int(text: str, what: str, minimum: int = 0) -> int:
     """An integer argument as a person types it: ASCII digits only (not ``²`` or ``５``, which Python's int()
-    would take or choke on), within [minimum, 2**31 - 1]."""
+    would take or choke on), within [minimum, 2**31 - 1].
+    A sign is read, so that "-5" is refused for its value as "0" is."""
     s = text.strip()
-    if not (s.isascii() and s.isdigit()):
+    digits = s[1:] if s.startswith("-") else s
+    if not (digits.isascii() and digits.isdigit()):
         raise ConfigError(f"{what} {text!r} must be a whole number written in digits 0-9")
-    value = int(s)
-    if not minimum <= value <= INT32_MAX:
-        raise ConfigError(f"{what} {value} must be in [{minimum}, {INT32_MAX}]")
+    value = -int(digits) if s.startswith("-") else int(digits)
+    if value < minimum:
+        raise ConfigError(f"{what} {value} must be >= {minimum}")
+    if value > INT32_MAX:
+        raise ConfigError(f"{what} {value} is too large (beyond {INT32_MAX})")
     return value
 
 

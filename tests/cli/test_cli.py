@@ -325,7 +325,8 @@ def test_a_sweep_measures_each_backend_and_batch_once(tmp_path):
 
 @pytest.mark.parametrize("args,needle", [(["--archs", "cpu-serial,gpu"], "unknown arch 'gpu'"),
                                          (["--archs", " , "], "--archs: give one or more of cpu-serial"),
-                                         (["--batch", "0"], "--batch entry 0 must be in [1, ")])
+                                         (["--batch", "0"], "--batch entry 0 must be >= 1"),
+                                         (["--batch", "64,-5"], "--batch entry -5 must be >= 1")])
 def test_sweep_bad_arguments_exit_2(args, needle):
     proc = layerlab("sweep", "quadrant", *args)
     assert proc.returncode == 2
@@ -523,3 +524,19 @@ def test_a_ctrl_c_during_a_sweeps_first_point_says_so_on_a_line_of_its_own(tmp_p
     assert proc.returncode == 130 and "Traceback" not in text, text
     assert "layerlab: interrupted" in text.replace("\r", "\n").splitlines(), text
     assert not (tmp_path / "out" / "sweep.json").exists()
+
+
+@pytest.mark.parametrize("command", ["train", "sweep", "bench", "lockstep", "runs", "tui"])
+def test_help_breaks_lines_at_spaces_only(command, capsys, monkeypatch):
+    """At 80 columns sweep's "(default: cpu-serial,cpu-parallel)" was broken after "cpu-"; every option's help
+    now wraps at spaces, and each default is shown whole."""
+    import re
+
+    from nncore import cli
+
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args([command, "--help"])
+    shown = capsys.readouterr().out
+    assert not [line for line in shown.splitlines() if re.search(r"[a-z]-$", line)], shown
+    assert command != "sweep" or "cpu-serial,cpu-parallel)" in shown

@@ -80,7 +80,7 @@ async def test_bad_settings_are_marked_inline(fixed_env):
         app.query_one("#lr", Input).value = "fast"
         await wait_for(pilot, lambda: app.query_one("#settings-pane").error is not None)
         assert app.query_one("#lr", Input).has_class("error")
-        assert "train.lr 'fast' must be a number" in str(app.query_one("#settings-status").render())
+        assert "train.lr 'fast' must be a finite number" in str(app.query_one("#settings-status").render())
         await wait_for(pilot, lambda: app.query_one("#start", Button).disabled, 10)  # follows by message
         app.query_one("#lr", Input).value = "0.1"
         await wait_for(pilot, lambda: app.query_one("#settings-pane").error is None)

@@ -49,7 +49,7 @@ def _number(text: str, kind: type, section: str, key: str):
             raise ValueError
         return kind(text)
     except ValueError:
-        what = "a whole number" if kind is int else "a number"
+        what = "a whole number" if kind is int else "a finite number"  # (as the command line says it)
         raise ConfigError(f"{section}.{key} {text!r} must be {what}", field=f"{section}.{key}") from None
 
 
