@@ -367,7 +367,6 @@ def test_idx_data_is_refused_when_loading_it_would_not_fit(tmp_path, monkeypatch
 def test_termination_signals_end_the_run_with_the_weights_written(tmp_path, sig, code):
     """SIGTERM and SIGHUP once killed the run with no message and no weights; a double Ctrl-C lost them."""
     import signal
-    import time
 
     weights = tmp_path / "w.npz"
     proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "quadrant", "--arch", "cpu-serial",
