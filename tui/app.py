@@ -214,10 +214,10 @@ class LayerlabApp(GuardedApp):
         self._update_controls()
 
     def _ask_path(self, title: str, name: str, suffixes: tuple[str, ...], then, must_exist: bool = False,
-                  check=None, names: dict[str, Path] | None = None) -> None:
+                  check=None, names: dict[str, Path] | None = None, what: str = "file") -> None:
         value = str(self.save_dir / name) if name else str(self.save_dir) + os.sep
         self.open_dialog(PathScreen(title, value, must_exist, suffixes, make_dir=self.save_dir, check=check,
-                                    names=names), lambda path: path and then(Path(path)))
+                                    names=names, what=what), lambda path: path and then(Path(path)))
 
     def _write(self, path: Path, text: str, what: str) -> bool:
         try:
@@ -260,7 +260,7 @@ class LayerlabApp(GuardedApp):
 
         # A preset's name opens it, as `layerlab train NAME` does.
         self._ask_path("Open a config file, or a preset by name", "", (), lambda p: self.open_config(str(p)),
-                       must_exist=True, check=refused, names=preset_configs())
+                       must_exist=True, check=refused, names=preset_configs(), what="config file")
 
     def action_export(self) -> None:
         """The marked runs, or every run in the store, as CSV (a row per epoch) or JSON (each run whole)."""

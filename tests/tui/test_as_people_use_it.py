@@ -118,6 +118,31 @@ async def test_configs_open_as_the_cli_decides(fixed_env, tmp_path, capsys, text
             assert app.is_running
 
 
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+async def test_a_device_or_fifo_typed_to_open_is_refused_in_the_clis_words(fixed_env, tmp_path, capsys, kind):
+    """/dev/zero typed at ctrl+o was "no such file"; the prompt now says what `layerlab train` says of it."""
+    import os
+
+    from nncore import cli
+
+    if kind == "device":
+        path = "/dev/zero"
+    else:
+        path = str(tmp_path / "pipe")
+        os.mkfifo(path)
+    assert cli.main(["train", path, "--epochs", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().removeprefix("layerlab: error: ")
+    assert "not a regular file" in err
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+o")
+        app.screen.query_one("#path-input", Input).value = path
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, PathScreen)
+        assert str(app.screen.query_one("#path-hint").render()) == f"✗ {err}"
+
+
 async def test_a_network_that_cannot_fit_the_data_cannot_start(fixed_env, fake_runs):
     """16 outputs on the 2-class quadrant: the output layer is marked before anything starts."""
     app = LayerlabApp("quadrant")

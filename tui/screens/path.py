@@ -12,17 +12,27 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
+from nncore.errors import DataError
+from nncore.limits import regular_file
 from tui.guard import Guarded
 from tui.widgets.keybar import KeyBar
 from tui.screens.pick import ConfirmScreen
 
 
-def problem_with(path: Path, must_exist: bool, suffixes: tuple[str, ...], make_dir: Path | None) -> str | None:
-    """Why ``path`` cannot be opened (``must_exist``) or written, or None. ``make_dir`` may be created."""
+def problem_with(path: Path, must_exist: bool, suffixes: tuple[str, ...], make_dir: Path | None,
+                 what: str = "file") -> str | None:
+    """Why ``path`` cannot be opened (``must_exist``; ``what`` it should be) or written, or None. ``make_dir``
+    may be created."""
     if path.is_dir():
         return f"{path} is a directory; give a file name"
-    if must_exist:
-        return None if path.is_file() else f"{path}: no such file"
+    if must_exist:  # (a device or FIFO is refused in the command line's words, not as missing)
+        if not path.exists():
+            return f"{path}: no such file"
+        try:
+            regular_file(path, what)
+        except DataError as err:
+            return str(err)
+        return None
     if suffixes and path.suffix.lower() not in suffixes:
         return f"end the file name with {' or '.join(suffixes)}"
     parent = path.parent
@@ -37,14 +47,15 @@ class PathScreen(Guarded, ModalScreen[str | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="cancel_path")]
 
     def __init__(self, title: str, value: str = "", must_exist: bool = False, suffixes: tuple[str, ...] = (),
-                 make_dir: Path | None = None, check=None, names: dict[str, Path] | None = None) -> None:
+                 make_dir: Path | None = None, check=None, names: dict[str, Path] | None = None,
+                 what: str = "file") -> None:
         """``check(path)``: a further reason to refuse the path (a config that does not open), or None.
         ``names``: names taken as they are where no such file exists (the presets, as the CLI takes them),
         typed alone or after the directory the prompt starts in."""
         super().__init__()
         self.title_text, self.value, self.must_exist = title, value, must_exist
         self.suffixes, self.make_dir, self.check = suffixes, make_dir, check
-        self.names = names or {}
+        self.names, self.what = names or {}, what
 
     def compose(self) -> ComposeResult:
         with Vertical(id="path-box", classes="dialog"):
@@ -83,7 +94,7 @@ class PathScreen(Guarded, ModalScreen[str | None]):
         named = self._named(text, path)
         if named is not None:
             path = named
-        problem = problem_with(path, self.must_exist, self.suffixes, self.make_dir)
+        problem = problem_with(path, self.must_exist, self.suffixes, self.make_dir, self.what)
         if problem is not None and self.names and not path.exists():
             problem += f", nor a preset ({', '.join(self.names)})"
         if problem is None and self.check is not None:
