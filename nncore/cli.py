@@ -87,10 +87,13 @@ def package_version() -> str:
 
 EXIT_CODES = """exit codes:
   0    done
-  2    bad config, argument, data or output path (one line names the culprit)
+  1    lockstep: a step differs beyond --tol; else an unforeseen error (a bug)
+  2    bad config, argument, data or output path, or the app started without a
+       terminal (one line names the culprit)
   3    diverged (a non-finite loss or weight)
   4    the backend asked for is unavailable
-  130  interrupted by Ctrl-C (143 SIGTERM, 129 SIGHUP); the current step finishes and the weights are written"""
+  130  interrupted by Ctrl-C (143 SIGTERM, 129 SIGHUP); the current step
+       finishes and the weights are written"""
 
 
 def _alias(parser, name: str, dest: str, **kwargs) -> None:
@@ -197,7 +200,9 @@ def _parser() -> argparse.ArgumentParser:
     rl = rsub.add_parser("list", help="runs, newest first")
     rl.add_argument("--network", help="only runs of this config name")
     rl.add_argument("--arch", choices=["cpu-serial", "cpu-parallel", "cuda"])
-    rl.add_argument("--status", choices=["running", "finished", "stopped", "failed", "refused", "died"])
+    statuses = ["running", "finished", "stopped", "failed", "refused", "died"]
+    rl.add_argument("--status", choices=statuses, metavar="STATUS", help=f"only runs of this status: "
+                    f"{', '.join(statuses)}")
     rl.add_argument("--since", metavar="YYYY-MM-DD", help="only runs started on or after this day")
     rl.add_argument("--limit", type=_int_arg, default=50, help="at most N runs (default 50; 0: all)")
     rl.add_argument("--json", action="store_true", help="JSON instead of a table")

@@ -11,12 +11,14 @@ from nncore import cli
 USAGE = """usage: layerlab [tui [CONFIG] [--store PATH | --no-store]]
        layerlab {train,runs,archs,bench,sweep,lockstep} ... (layerlab --help)
 
-Open the terminal app on CONFIG: a config file, or the name of one in assets/configs (quadrant, cnn, net-1h,
-...); the default is quadrant. A config the app cannot open is refused there with the reason, and the app opens
-on the default. Inside the app, F12 or ? shows every key.
+Open the terminal app on CONFIG: a config file, or the name of one in
+assets/configs (quadrant, cnn, net-1h, ...); the default is quadrant. A config
+the app cannot open is refused there with the reason, and the app opens on the
+default. Inside the app, F12 or ? shows every key.
 
-Runs are recorded in the run store (runs.sqlite in LAYERLAB_HOME or the user data directory), which the Runs
-view reads; --store PATH uses another, --no-store none (the session's runs are kept until you quit).
+Runs are recorded in the run store (runs.sqlite in LAYERLAB_HOME or the user
+data directory), which the Runs view reads; --store PATH uses another,
+--no-store none (the session's runs are kept until you quit).
 """
 
 
