@@ -764,15 +764,20 @@ async def test_every_bad_setting_is_marked_at_once(fixed_env):
         assert app.query_one("#batch_size", Input).has_class("error")
         assert app.query_one("#epochs", Input).has_class("error")
         assert not app.query_one("#lr", Input).has_class("error")
-        assert "1 more marked" in str(app.query_one("#settings-status").render())
-        # Each bad field's own reason where the focus is (only the first one's was ever shown).
+        # Every bad field's reason, a line each, the focused field's first (only the first one's was ever shown).
         app.query_one("#batch_size", Input).focus()
         await pilot.pause()
-        status = str(app.query_one("#settings-status").render())
-        assert "batch_size" in status and "-3" in status and "1 more marked" in status, status
+        status = str(app.query_one("#settings-status").render()).splitlines()
+        assert len(status) == 2 and "batch_size" in status[0] and "-3" in status[0] and "'xy'" in status[1], status
         app.query_one("#epochs", Input).focus()
         await pilot.pause()
-        assert "'xy'" in str(app.query_one("#settings-status").render())
+        status = str(app.query_one("#settings-status").render()).splitlines()
+        assert len(status) == 2 and "'xy'" in status[0] and "-3" in status[1], status
+        for field, bad in (("lr", "abc"), ("seed", "x")):  # four bad fields: three reasons, the fourth counted
+            app.query_one(f"#{field}", Input).value = bad
+        await pilot.pause()
+        status = str(app.query_one("#settings-status").render()).splitlines()
+        assert len(status) == 4 and status[-1] == "(1 more marked)", status
         app.query_one("#epochs", Input).value = "2"
         await pilot.pause()
         assert app.query_one("#batch_size", Input).has_class("error")
@@ -1240,8 +1245,8 @@ async def test_a_batch_larger_than_the_training_set_or_threads_past_the_cores_ar
 
 
 async def test_two_invalid_layers_are_both_counted_in_the_status(fixed_env):
-    """Two layers with a bad field each: both are marked ✗ and the status gives the first one's reason and that
-    one more is invalid (it gave the first reason alone, as if one fix would do)."""
+    """Two layers with a bad field each: both are marked ✗ and the status gives both reasons, a line each (it gave
+    the first reason alone, as if one fix would do); two bad fields of one layer likewise."""
     app = LayerlabApp("quadrant")
     async with app.run_test(size=(80, 24)) as pilot:
         table = app.query_one("#layers", DataTable)
@@ -1252,16 +1257,20 @@ async def test_two_invalid_layers_are_both_counted_in_the_status(fixed_env):
             await pilot.press("enter")  # edits the layer's out_features
             await pilot.press("backspace", "backspace", *text)
             await wait_for(pilot, lambda: param(app, "out_features").value == text)  # noqa: B023
-        await wait_for(pilot, lambda: "more invalid" in str(status.render()))
-        shown = str(status.render())
-        assert shown.startswith("✗ layer 0 (Linear): out_features 'abc'"), shown
-        assert "(and 1 more invalid layer, marked ✗)" in shown, shown
+        await wait_for(pilot, lambda: len(str(status.render()).splitlines()) == 2)
+        shown = str(status.render()).splitlines()
+        assert shown[0].startswith("✗ layer 0 (Linear): out_features 'abc'"), shown
+        assert shown[1].startswith("✗ layer 2 (Linear): out_features 'xyz'"), shown
         assert [str(table.get_row_at(i)[0]).startswith("✗") for i in range(table.row_count)][:3] == [True, False, True]
         table.focus()
         table.move_cursor(row=0)
         await pilot.press("enter", "backspace", "backspace", "backspace", "8")
         await wait_for(pilot, lambda: str(status.render()).startswith("✗ layer 2"))
-        assert "more invalid" not in str(status.render())
+        assert len(str(status.render()).splitlines()) == 1
+        await pilot.press("tab", "backspace", "backspace", "backspace", "backspace", *"-1")  # in_features too
+        await wait_for(pilot, lambda: "in_features" in str(status.render()))
+        shown = str(status.render()).splitlines()
+        assert len(shown) == 2 and "layer 0 (Linear): in_features" in shown[0] and "layer 2" in shown[1], shown
 
 
 async def test_an_edited_preset_runs_as_edited(fixed_env, fake_runs):

@@ -183,34 +183,38 @@ class ModelPane(Guarded, Vertical):
             self.had_layers = bool(self.draft.layers)
             self.app.refresh_bindings()
 
-    def problem(self) -> str | None:
-        """The first thing that keeps the network from training, or None."""
-        if self.pending:
-            order = {id(layer): i for i, layer in enumerate(self.draft.layers)}
-            key = min(self.pending, key=lambda k: order.get(k[0], -1))
+    def problems(self) -> list[str]:
+        """What keeps the network from training, in the layers' order: each refused value (the input shape's
+        first), then what the network's check finds with the last good values, or the dataset's problem."""
+        order = {id(layer): i for i, layer in enumerate(self.draft.layers)}
+        out = []
+        for key in sorted(self.pending, key=lambda k: order.get(k[0], -1)):
             why = self.pending[key][1]
             if key[0] not in order:  # the input shape's field
-                return f"model.{why}"
-            i = order[key[0]]  # named by where the layer is now: it may have moved since the value was typed
-            return f"layer {i} ({self.draft.layers[i].get('type', '?')}): {why}"
+                out.append(f"model.{why}")
+            else:
+                i = order[key[0]]  # named by where the layer is now: it may have moved since the value was typed
+                out.append(f"layer {i} ({self.draft.layers[i].get('type', '?')}): {why}")
         if self.error is not None:
-            return str(self.error)
-        if self.data_error is not None:
-            return f"the dataset: {self.data_error}"
-        return None
+            out.append(str(self.error))
+        elif self.data_error is not None and not out:
+            out.append(f"the dataset: {self.data_error}")
+        return out
+
+    def problem(self) -> str | None:
+        """The first thing that keeps the network from training, or None."""
+        return next(iter(self.problems()), None)
 
     def _show_status(self, rows: list[dict]) -> None:
         status = self.query_one("#model-status", Static)
         self.query_one("#input-shape", Input).set_class(
             (0, "input") in self.pending or (self.error is not None and self.error.field == "model.input"), "error")
-        problem = self.problem()
+        problems = self.problems()
+        problem = problems[0] if problems else None
         if problem is not None:
-            # One reason is shown; where more layers are invalid, the count says so (each is marked ✗).
-            bad = {k[0] for k in self.pending if k[0] != 0} | (
-                {id(self.draft.layers[self.error.layer])} if self.error is not None and self.error.layer is not None
-                and 0 <= self.error.layer < len(self.draft.layers) else set())
-            more = f"\n(and {plural(len(bad) - 1, 'more invalid layer')}, marked ✗)" if len(bad) > 1 else ""
-            status.update(f"✗ {problem}{more}")
+            # Up to three reasons, a line each; past them, how many more (each layer at fault is marked ✗).
+            more = f"\n(and {plural(len(problems) - 3, 'more problem')}, marked ✗)" if len(problems) > 3 else ""
+            status.update("\n".join(f"✗ {p}" for p in problems[:3]) + more)
             status.add_class("error")
         else:
             total = sum(r["params"] for r in rows)

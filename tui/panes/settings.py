@@ -223,11 +223,13 @@ class SettingsPane(Guarded, VerticalScroll):
         return bad
 
     def _show_reason(self) -> None:
-        """The reason of the focused field where it is one of the bad ones, else the first; how many more."""
+        """Each bad field's reason, a line each: the focused field's first where it is one of them, then the
+        others in the form's order; past three, how many more are marked."""
         focused = getattr(self.app.focused, "id", None)
-        why = self._reasons.get(focused, self.error)
-        more = f" ({len(self._reasons) - 1} more marked)" if len(self._reasons) > 1 else ""
-        self.query_one("#settings-status", Static).update(f"✗ {why}{more}")
+        first = self._reasons.get(focused, self.error)
+        whys = [first, *(w for w in self._reasons.values() if w != first)]
+        more = f"\n({len(whys) - 3} more marked)" if len(whys) > 3 else ""
+        self.query_one("#settings-status", Static).update("\n".join(f"✗ {w}" for w in whys[:3]) + more)
 
     def on_descendant_focus(self) -> None:
         if self.error is not None and len(self._reasons) > 1:  # (moving to another bad field shows its reason)
