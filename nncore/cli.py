@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -33,8 +34,6 @@ class _DefaultsShown(argparse.HelpFormatter):
 
     def _split_lines(self, text, width):
         # Lines break at spaces only: "cpu-serial" split at its hyphen reads as two words.
-        import textwrap
-
         return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
 
 
@@ -54,13 +53,11 @@ class _Parser(argparse.ArgumentParser):
 def _int_arg(text: str) -> int:
     """ASCII digits with an optional sign, within 32 bits (the range a field then narrows: "--epochs 0" is
     refused by the run's settings, in their words)."""
-    from nncore.limits import INT32_MAX
+    from nncore.limits import INT32_MAX, signed_digits
 
-    s = text.strip()
-    digits = s[1:] if s.startswith("-") else s
-    if not (digits.isascii() and digits.isdigit()):
+    value = signed_digits(text)
+    if value is None:
         raise argparse.ArgumentTypeError(f"{text!r} must be a whole number written in digits 0-9")
-    value = -int(digits) if s.startswith("-") else int(digits)
     if abs(value) > INT32_MAX:
         raise argparse.ArgumentTypeError(f"{value} is too {'small' if value < 0 else 'large'} "
                                          f"(beyond {'-' if value < 0 else ''}{INT32_MAX})")

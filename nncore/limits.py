@@ -85,15 +85,22 @@ def kernel_file(path) -> bool:
     return real.startswith(("/proc/", "/sys/"))
 
 
+def signed_digits(text: str) -> int | None:
+    """ASCII digits with an optional leading minus, as an int; None for anything else."""
+    s = text.strip()
+    digits = s[1:] if s.startswith("-") else s
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    return -int(digits) if s.startswith("-") else int(digits)
+
+
 def ascii_int(text: str, what: str, minimum: int = 0) -> int:
     """An integer argument as a person types it: ASCII digits only (not ``²`` or ``５``, which Python's int()
     would take or choke on), within [minimum, 2**31 - 1].
     A sign is read, so that "-5" is refused for its value as "0" is."""
-    s = text.strip()
-    digits = s[1:] if s.startswith("-") else s
-    if not (digits.isascii() and digits.isdigit()):
+    value = signed_digits(text)
+    if value is None:
         raise ConfigError(f"{what} {text!r} must be a whole number written in digits 0-9")
-    value = -int(digits) if s.startswith("-") else int(digits)
     if value < minimum:
         raise ConfigError(f"{what} {value} must be >= {minimum}")
     if value > INT32_MAX:

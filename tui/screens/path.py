@@ -25,9 +25,7 @@ def problem_with(path: Path, must_exist: bool, suffixes: tuple[str, ...], make_d
     may be created."""
     if path.is_dir():
         return f"{path} is a directory; give a file name"
-    if must_exist:  # (a device or FIFO is refused in the command line's words, not as missing)
-        if not path.exists():
-            return f"{path}: no such file"
+    if must_exist:  # (missing, or a device or FIFO: in the command line's words)
         try:
             regular_file(path, what)
         except DataError as err:
