@@ -59,17 +59,35 @@ CommandPalette._gather_commands = _gather_while_open
 # and then, but resolves a key with a binding (backspace, ctrl+u, Enter, Tab, Escape) only once the key has bubbled
 # up every ancestor's queue to the app. Keys that come in one burst (typed fast, or a clear followed by a paste)
 # were then applied out of order: backspace x 4 then "5000" left "500", ctrl+u then a paste left the field empty.
-# And keys handed to a widget that an earlier key of the burst moved the focus away from went to the old widget
-# (keys typed right after Tab still go to the field Tab leaves: Tab is the screen's binding, resolved at the app).
+# And keys handed to a widget that an earlier key of the burst moved the focus away from went to the old widget;
+# Tab, the screen's binding, moved the focus only once it reached the app, after the keys typed behind it.
 
 _dispatch_message = Widget._dispatch_message
+_FOCUS_KEYS = {"tab": "focus_next", "shift+tab": "focus_previous"}
+
+
+def _moves_focus_here(widget: Widget, key: str) -> bool:
+    """Whether Tab (or shift+tab) at this widget would do nothing but the screen's focus move: no widget from it
+    up to the screen binds the key to anything else, and the app holds no priority binding for it."""
+    want = f"app.{_FOCUS_KEYS[key]}"
+    for node in (widget, *widget.ancestors_with_self[1:]):
+        if node is widget.app:
+            return not any(b.priority for b in node._bindings.key_to_bindings.get(key, ()))
+        if any(b.action != want for b in node._bindings.key_to_bindings.get(key, ())):
+            return False
+    return False
 
 
 async def _dispatch_to_focus(self: Widget, message) -> None:
     """A key handed to this widget as the focus, handled where the focus is now: an earlier key of the same burst
-    (Tab, Enter, Escape) may have moved it since."""
+    (Tab, Enter, Escape) may have moved it since. Tab itself moves the focus here, before the next key is handed
+    on, where the screen's binding is all it would do."""
     if isinstance(message, events.Key) and message.is_forwarded and getattr(message, "_to_focus", None) is self:
         focused = self.app.focused
+        if focused is self and message.key in _FOCUS_KEYS and self.screen is self.app.screen \
+                and _moves_focus_here(self, message.key):
+            getattr(self.screen, _FOCUS_KEYS[message.key])()
+            return
         if focused is not self and self.is_attached:
             again = events.Key(message.key, message.character)
             again._to_focus = focused

@@ -717,6 +717,44 @@ async def test_keys_that_come_in_one_burst_apply_in_order(fixed_env, burst, expe
             assert seed.value == want, [k for k, _ in burst]
 
 
+@pytest.mark.parametrize("start,key", [("seed", "tab"), ("seed", "shift+tab"), ("ranks", "tab")])
+async def test_keys_typed_right_after_tab_go_to_the_field_it_reaches(fixed_env, start, key):
+    """Tab (or shift+tab) and digits in one burst: the digits go to the widget Tab moves to, as they do typed
+    slowly (a field takes them; the radio buttons pass them to the app, as the views' keys). They went to the
+    widget Tab left. Each burst's result is compared with the same keys pressed one at a time."""
+    from textual import events
+    from textual.widgets import Input, TabbedContent
+
+    async def values(burst: bool):
+        app = LayerlabApp("quadrant", store=False)
+        state = lambda: ({w.id: w.value for w in app.query(Input)}, getattr(app.focused, "id", None),  # noqa: E731
+                         app.query_one(TabbedContent).active, list(app.errors))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("2")
+            app.query_one(f"#{start}").focus()
+            await pilot.pause()
+            if burst:
+                for k, char in [(key, None), ("4", "4"), ("3", "3")]:
+                    app.post_message(events.Key(k, char))
+            else:
+                for k in (key, "4", "3"):
+                    await pilot.press(k)
+                    await pilot.pause()
+            seen, same = None, 0
+            for _ in range(60):  # (until every key has bubbled and every action has run: 5 pauses unchanged)
+                await pilot.pause()
+                now = state()
+                same = same + 1 if now == seen else 0
+                seen = now
+                if same == 5:
+                    break
+            return seen
+
+    slow, fast = await values(False), await values(True)
+    assert not slow[3] and slow[1] != start
+    assert fast == slow
+
+
 @pytest.mark.parametrize("size, full", [((80, 24), False), ((140, 45), True)])
 async def test_why_training_cannot_start_fits_beside_the_buttons(fixed_env, size, full):
     """With an invalid layer the Train view says why beside the buttons: in full where it fits in two lines,
