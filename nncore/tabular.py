@@ -93,6 +93,8 @@ def _lines(path: Path, binary, state: dict):
         if len(line) > MAX_LINE and not line.endswith(b"\n"):
             raise DataError(f"{path}:{state['line']}: a line longer than {MAX_LINE:,} bytes; not a CSV "
                             "file of records")
+        if b"\0" in line:  # (valid UTF-8, so a binary file would read as one odd record)
+            raise DataError(f"{path}:{state['line']}: a NUL byte; not a text (CSV) file")
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError:

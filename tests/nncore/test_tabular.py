@@ -188,6 +188,10 @@ def test_not_utf8_and_bad_gzip_name_the_line(tmp_path):
     path.write_bytes(b"1,2,x\n3,4,y\n5,6,\xe9\n")
     with pytest.raises(DataError, match=r"latin.csv:3: not UTF-8"):
         load(None, path)
+    for name, data in [("zeros.csv", b"\0" * 1000), ("late.csv", b"1,2,x\n3,4,y\n5,\x006,x\n")]:
+        (tmp_path / name).write_bytes(data)  # (NUL is valid UTF-8: a binary file read as one record)
+        with pytest.raises(DataError, match=rf"{name}:{1 if name == 'zeros.csv' else 3}: a NUL byte"):
+            load(None, tmp_path / name)
     gz = tmp_path / "cut.csv.gz"
     body = "".join(f"{v},{v * 7 % 1000},{'xy'[v % 2]}\n" for v in np.random.default_rng(1).integers(0, 10**6, 5000))
     whole = gzip.compress(body.encode())
