@@ -73,6 +73,14 @@ def _float_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc).replace("value ", "", 1)) from None
 
 
+def _tol_arg(text: str) -> float:
+    """A tolerance: a finite number, zero or more (a negative one would call equal steps different)."""
+    value = _float_arg(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
+    return value
+
+
 def package_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -188,7 +196,7 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--batch-size", type=_int_arg, default=64, help="samples a step")
     _alias(ls, "--batch", "batch_size", type=_int_arg)
     _alias(ls, "--arch", "archs")
-    ls.add_argument("--tol", type=_float_arg, default=1e-5,
+    ls.add_argument("--tol", type=_tol_arg, default=1e-5,
                     help="the largest relative difference of loss or weights allowed between the two")
     r = sub.add_parser("runs", help="past runs from the run store: list, show, compare, export, rm")
     r.add_argument("--store", metavar="PATH", help="the run store (default: runs.sqlite in LAYERLAB_HOME or the "

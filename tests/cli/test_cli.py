@@ -335,6 +335,14 @@ def test_sweep_bad_arguments_exit_2(args, needle):
     one_line_error(proc, needle)
 
 
+@pytest.mark.parametrize("tol,needle", [("-1", "--tol: -1 must be >= 0"), ("nan", "--tol: 'nan' must be a finite")])
+def test_lockstep_refuses_a_negative_or_nonfinite_tolerance(tol, needle):
+    """A negative tolerance called equal steps different (exit 1): it is a bad argument (exit 2)."""
+    proc = layerlab("lockstep", "quadrant", "--steps", "2", "--tol", tol)
+    assert proc.returncode == 2
+    one_line_error(proc, needle)
+
+
 def test_lockstep_cli_agrees():
     proc = layerlab("lockstep", "quadrant", "--steps", "5", timeout=120)
     assert proc.returncode == 0, proc.stderr
