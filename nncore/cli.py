@@ -528,25 +528,28 @@ def _train(args) -> int:
     text = None if args.jsonl == "-" or not root else TextReporter(sys.stdout, quiet=args.quiet)
     lost = []  # where the events could not be written (a full disk mid-run): the run goes on, the exit says so
     unread = []  # where the text report could not be written (`layerlab train ... | head`): the same
+    count = [0]  # events emitted so far, to say from which one on the output is missing
 
     def emit(event):
         nonlocal text
+        count[0] += 1
+        where = f"event {count[0]:,} ({'an' if event.kind[:1] in 'aeiou' else 'a'} {event.kind} event)"
         if jsonl is not None and not lost:
             try:
                 jsonl.write(event.to_json() + "\n")
                 jsonl.flush()
             except OSError as exc:
-                lost.append((event.kind, exc.strerror or str(exc)))
+                lost.append((where, exc.strerror or str(exc)))
                 print(f"layerlab: warning: --jsonl {args.jsonl}: writing the events failed ({lost[0][1]}) at "
-                      f"{event.kind}; the run goes on", file=sys.stderr)
+                      f"{where}; the run goes on", file=sys.stderr)
                 _silence_stdout(jsonl)
         if text is not None:
             try:
                 text(event)
             except OSError as exc:
-                unread.append((event.kind, exc.strerror or str(exc)))
+                unread.append((where, exc.strerror or str(exc)))
                 text = None
-                print(f"layerlab: warning: stdout: writing the report failed ({unread[0][1]}) at {event.kind}; "
+                print(f"layerlab: warning: stdout: writing the report failed ({unread[0][1]}) at {where}; "
                       "the run goes on", file=sys.stderr)
                 _silence_stdout(sys.stdout)
 
@@ -584,11 +587,11 @@ def _train(args) -> int:
             cluster.abort(end.exit_code)
         return end.exit_code
     if lost:
-        print(f"layerlab: error: --jsonl {args.jsonl}: the events from that {lost[0][0]} on are missing "
+        print(f"layerlab: error: --jsonl {args.jsonl}: the events from {lost[0][0]} on are missing "
               f"({lost[0][1]}); the run itself finished", file=sys.stderr)
         return EXIT_CONFIG
     if unread:
-        print(f"layerlab: error: stdout: the report from that {unread[0][0]} on is missing ({unread[0][1]}); "
+        print(f"layerlab: error: stdout: the report from {unread[0][0]} on is missing ({unread[0][1]}); "
               "the run itself finished", file=sys.stderr)
         return EXIT_CONFIG
     if interrupted:  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP: the shell's convention

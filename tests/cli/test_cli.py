@@ -1,6 +1,7 @@
 """The headless CLI as a user runs it: exit codes, one-line errors, JSON lines, Ctrl-C, no Textual."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -234,8 +235,10 @@ def test_train_output_to_a_closed_pipe_says_what_is_missing(tmp_path, out, what)
     written = "the events" if out else "the report"
     assert lines[0].startswith(f"layerlab: warning: {what}: writing {written} failed (Broken pipe)")
     assert lines[0].endswith("the run goes on")
-    assert lines[1].startswith(f"layerlab: error: {what}: {written} from that ")
+    assert lines[1].startswith(f"layerlab: error: {what}: {written} from event ")
     assert lines[1].endswith("missing (Broken pipe); the run itself finished")
+    at = [re.search(r" event ([\d,]+) \(an? (\w+) event\)", line) for line in lines]
+    assert all(at) and at[0].groups() == at[1].groups() and int(at[0][1].replace(",", "")) >= 2, lines
     listed = layerlab("runs", "list", "--store", tmp_path / "runs.sqlite")
     assert listed.returncode == 0 and "finished" in listed.stdout, listed.stdout + listed.stderr
 
