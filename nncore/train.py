@@ -381,6 +381,11 @@ class Trainer:
         ckpt.check_compatible(state, self.cfg.to_dict(), self.resume)
         n = len(self.ds.x_train)
         ckpt.check_against(state, self.resume, n, self.opt, self.cfg.train["epochs"], self.batch)
+        pos, epochs = state["position"], self.cfg.train["epochs"]
+        done = pos.epoch - (pos.offset < n)  # epochs the checkpoint has finished
+        if done >= epochs:  # (a run with no step to take would be recorded as an empty one)
+            raise ConfigError(f"--resume {self.resume}: the checkpoint has finished {done} epoch(s), this run has "
+                              f"{epochs}; give --epochs above {done} to train on from it")
         try:
             self.rng.bit_generator.state = state["rng"]
         except (TypeError, ValueError, KeyError, OverflowError) as exc:

@@ -59,6 +59,21 @@ def test_resume_refuses_a_different_run(tmp_path):
     assert isinstance(end, RunFailed) and "junk.npz" in end.error
 
 
+def test_resume_with_no_epoch_left_is_refused(tmp_path):
+    """A checkpoint that has finished as many epochs as the run asks for (or more) leaves nothing to train: the
+    run is refused (exit 2, saying so), where it finished at once with zero steps and was recorded. One epoch
+    more trains on."""
+    path = tmp_path / "c.npz"
+    Trainer(_cfg(epochs=2), checkpoint=path, checkpoint_every="1e").run()
+    assert ckpt.load(path)["position"].epoch == 2
+    for epochs in (1, 2):
+        end = Trainer(_cfg(epochs=epochs), resume=path).run()
+        assert isinstance(end, RunFailed) and end.exit_code == 2, end
+        assert "has finished 2 epoch(s)" in end.error and "above 2" in end.error
+    end = Trainer(_cfg(epochs=3), resume=path).run()
+    assert isinstance(end, RunFinished) and end.steps == 3 * 10
+
+
 def test_divergence_keeps_the_last_good_checkpoint(tmp_path):
     path = tmp_path / "c.npz"
     good = Trainer(_cfg(epochs=1), checkpoint=path, checkpoint_every="5").run()
