@@ -1,6 +1,7 @@
 """Argument checks and output of ``layerlab sweep`` and ``layerlab lockstep``."""
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -50,12 +51,27 @@ def run_sweep_cli(args) -> int:
         except OSError as exc:
             raise ConfigError(f"--out {args.out}: cannot make the directory ({exc.strerror or exc})") from None
         check_output(out / "sweep.json", "--out")
+        # SIGTERM and SIGHUP stop the sweep as Ctrl-C does, the points measured kept (they ended it with nothing
+        # written); SIGINT is handled even where the shell started the sweep with it ignored (`sweep ... &`).
+        received = []
+
+        def on_signal(signum, frame):
+            received.append(signum)
+            raise KeyboardInterrupt
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         try:
             points = sweep.run_sweep(model, archs, batches, filters, threads, args.steps, args.repeats, args.warmup,
                                      progress=sweep._progress)
         except KeyboardInterrupt:  # (before the first point ended: nothing to keep; "interrupted" on a line of
             sys.stderr.write("\n")  # its own, not after the open progress line)
+            if received and received[0] != signal.SIGINT:
+                print(f"layerlab: {signal.Signals(received[0]).name} received", file=sys.stderr)
+                return 128 + received[0]
             raise
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         stopped = isinstance(points, sweep.Stopped)
         amdahl = None
         serial = next((p for p in points if p.arch == "cpu-serial"), None)
@@ -87,9 +103,11 @@ def run_sweep_cli(args) -> int:
         return exc.exit_code
     print(f"\nwrote {out / 'sweep.csv'} and {out / 'sweep.json'}")
     if stopped:
-        print(f"layerlab: interrupted: the sweep stopped after {len(points)} of {points.of} points (those are kept)",
+        why = "interrupted" if not received or received[0] == signal.SIGINT else \
+            f"{signal.Signals(received[0]).name} received"
+        print(f"layerlab: {why}: the sweep stopped after {len(points)} of {points.of} points (those are kept)",
               file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED if why == "interrupted" else 128 + received[0]
     return 0
 
 

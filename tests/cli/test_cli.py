@@ -490,8 +490,8 @@ def test_a_batch_larger_than_the_training_set_is_pointed_out():
     assert proc.returncode == 0 and "note:" not in proc.stdout and "25 steps per epoch" in proc.stdout
 
 
-def _sweep_interrupted(tmp_path, batches: str, steps: str, at: bytes) -> tuple:
-    """A quadrant sweep on cpu-serial, sent SIGINT once its progress line shows ``at``; (process, stdout bytes,
+def _sweep_interrupted(tmp_path, batches: str, steps: str, at: bytes, sig=signal.SIGINT) -> tuple:
+    """A quadrant sweep on cpu-serial, sent ``sig`` once its progress line shows ``at``; (process, stdout bytes,
     stderr text) after it ends."""
     import threading
 
@@ -507,18 +507,21 @@ def _sweep_interrupted(tmp_path, batches: str, steps: str, at: bytes) -> tuple:
     while at not in err and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert at in err, err.decode()
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     proc.wait(timeout=120)
     reader.join(10)
     return proc, proc.stdout.read(), err.decode()
 
 
-def test_a_ctrl_c_during_a_sweep_keeps_the_points_measured(tmp_path):
+@pytest.mark.parametrize("sig,code,said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "SIGTERM received"),
+                                           (signal.SIGHUP, 129, "SIGHUP received")])
+def test_a_ctrl_c_during_a_sweep_keeps_the_points_measured(tmp_path, sig, code, said):
     """Ctrl-C ended a sweep with a traceback-free "interrupted" and nothing kept of the points it had measured;
-    now they are reported, written and recorded (as a stopped sweep), and the exit code is 130."""
-    proc, out, text = _sweep_interrupted(tmp_path, "16,24,32,40,48,56", "1500", b" 2/6 ")  # the third point
-    assert proc.returncode == 130 and "Traceback" not in text, text
-    assert "the sweep stopped after 2 of 6 points" in text, text
+    now they are reported, written and recorded (as a stopped sweep), and the exit code is 130. SIGTERM and
+    SIGHUP the same, exit 143 and 129 (they ended it at once, nothing written or recorded)."""
+    proc, out, text = _sweep_interrupted(tmp_path, "16,24,32,40,48,56", "1500", b" 2/6 ", sig)  # the third point
+    assert proc.returncode == code and "Traceback" not in text, text
+    assert f"{said}: the sweep stopped after 2 of 6 points" in text, text
     doc = json.loads((tmp_path / "out" / "sweep.json").read_text())
     assert [p["batch"] for p in doc["points"]] == [16, 24] and doc["stopped"] == {"points": 2, "of": 6}
     assert "16" in out.decode() and doc["amdahl"] is None
