@@ -81,6 +81,11 @@ def _tol_arg(text: str) -> float:
     return value
 
 
+def signal_said(signum: int) -> str:
+    """How a stop by this signal is said: "interrupted" for Ctrl-C, else "SIGTERM received" and the like."""
+    return "interrupted" if signum == signal.SIGINT else f"{signal.Signals(signum).name} received"
+
+
 def package_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -464,8 +469,7 @@ def _train(args) -> int:
             return
         interrupted.append((signum, time.monotonic()))
         if cluster is None or cluster.is_root:
-            name = {signal.SIGINT: "interrupted"}.get(signum, f"{signal.Signals(signum).name} received")
-            print(f"\nlayerlab: {name}; finishing the current step", file=sys.stderr)
+            print(f"\nlayerlab: {signal_said(signum)}; finishing the current step", file=sys.stderr)
 
     # First of all: a rank interrupted inside MPI's start-up must not leave the others waiting in it.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

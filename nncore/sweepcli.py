@@ -7,6 +7,7 @@ from pathlib import Path
 
 from . import analysis, bench, runtime, sweep
 from .benchcli import _ints
+from .cli import record_points, signal_said
 from .fileio import check_output
 from .config import load_config
 from .errors import ConfigError, LayerlabError
@@ -65,10 +66,10 @@ def run_sweep_cli(args) -> int:
                                      progress=sweep._progress)
         except KeyboardInterrupt:  # (before the first point ended: nothing to keep; "interrupted" on a line of
             sys.stderr.write("\n")  # its own, not after the open progress line)
-            if received and received[0] != signal.SIGINT:
-                print(f"layerlab: {signal.Signals(received[0]).name} received", file=sys.stderr)
-                return 128 + received[0]
-            raise
+            if not received:
+                raise
+            print(f"layerlab: {signal_said(received[0])}", file=sys.stderr)
+            return 128 + received[0]  # (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -91,8 +92,6 @@ def run_sweep_cli(args) -> int:
              "amdahl": None if amdahl is None else amdahl.__dict__}
     if stopped:
         extra["stopped"] = {"points": len(points), "of": points.of}
-    from .cli import EXIT_INTERRUPTED, record_points
-
     rows = [p.to_dict() for p in points]
     record_points(args, "sweep", cfg.label, rows, {**extra, "model": cfg.model}, arch=",".join(archs),
                   threads=sweep.threads_used(rows), status="stopped" if stopped else "finished")
@@ -103,11 +102,10 @@ def run_sweep_cli(args) -> int:
         return exc.exit_code
     print(f"\nwrote {out / 'sweep.csv'} and {out / 'sweep.json'}")
     if stopped:
-        why = "interrupted" if not received or received[0] == signal.SIGINT else \
-            f"{signal.Signals(received[0]).name} received"
-        print(f"layerlab: {why}: the sweep stopped after {len(points)} of {points.of} points (those are kept)",
-              file=sys.stderr)
-        return EXIT_INTERRUPTED if why == "interrupted" else 128 + received[0]
+        signum = received[0] if received else signal.SIGINT
+        print(f"layerlab: {signal_said(signum)}: the sweep stopped after {len(points)} of {points.of} points "
+              "(those are kept)", file=sys.stderr)
+        return 128 + signum
     return 0
 
 

@@ -380,8 +380,8 @@ class Trainer:
         state = ckpt.load(self.resume)
         ckpt.check_compatible(state, self.cfg.to_dict(), self.resume)
         n = len(self.ds.x_train)
-        ckpt.check_against(state, self.resume, n, self.opt, self.cfg.train["epochs"], self.batch)
         pos, epochs = state["position"], self.cfg.train["epochs"]
+        ckpt.check_against(state, self.resume, n, self.opt, epochs, self.batch)
         done = pos.epoch - (pos.offset < n)  # epochs the checkpoint has finished
         if done >= epochs:  # (a run with no step to take would be recorded as an empty one)
             raise ConfigError(f"--resume {self.resume}: the checkpoint has finished {done} epoch(s), this run has "
@@ -393,7 +393,6 @@ class Trainer:
                             f"generator ({exc})") from None
         self.net.load_state_dict(state["weights"], source=str(self.resume))
         self.opt.load_state_dict(state["opt"])
-        pos = state["position"]
         self.step, self.best, self.samples_done, self.train_s = pos.step, pos.best_acc, pos.samples_done, pos.train_s
         if pos.offset >= n:  # the checkpoint closed an epoch: start the next one afresh
             self.start_epoch = pos.epoch + 1

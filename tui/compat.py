@@ -70,7 +70,7 @@ def _moves_focus_here(widget: Widget, key: str) -> bool:
     """Whether Tab (or shift+tab) at this widget would do nothing but the screen's focus move: no widget from it
     up to the screen binds the key to anything else, and the app holds no priority binding for it."""
     want = f"app.{_FOCUS_KEYS[key]}"
-    for node in (widget, *widget.ancestors_with_self[1:]):
+    for node in widget.ancestors_with_self:
         if node is widget.app:
             return not any(b.priority for b in node._bindings.key_to_bindings.get(key, ()))
         if any(b.action != want for b in node._bindings.key_to_bindings.get(key, ())):
