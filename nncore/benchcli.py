@@ -5,6 +5,7 @@ import json
 import sys
 
 from . import bench, runtime
+from .cli import record_points, signal_said, stop_signals_interrupt
 from .errors import ConfigError, LayerlabError
 from .fileio import check_output, write_or_rescue
 from .limits import ascii_int
@@ -53,10 +54,10 @@ def _check(args) -> tuple[list[str], list[int]]:
     return names, _ints(args.batch, "batch")
 
 
-def _line(r: bench.BenchResult, modes) -> str:
+def _line(r: bench.BenchResult, modes, width: int = 8) -> str:
     torch = "".join(f"{r.torch_modes[m]['samples_per_s']:>12,.0f} {r.torch_modes[m]['ratio']:>6.2f}x"
                     if m in r.torch_modes else f"{'—':>12} {'—':>7}" for m in modes)
-    return (f"{r.workload:<8} {r.batch:>6} {r.samples_per_s:>12,.0f} {r.ms_per_step:>9.2f} {r.gflops:>8.2f} "
+    return (f"{r.workload:<{width}} {r.batch:>6} {r.samples_per_s:>12,.0f} {r.ms_per_step:>9.2f} {r.gflops:>8.2f} "
             f"{r.compile_s:>9.2f} {torch}")
 
 
@@ -85,38 +86,48 @@ def run_bench(args) -> int:
     modes = _modes(args)
     text = args.json != "-"
     results = []
+    width = max(8, *map(len, names))  # (the workload column fits net-1h-relu)
     if text:
         untimed = f", each repeat after {args.round_warmup} untimed" if use_torch else ""
         print(f"layerlab bench: {args.arch}, {args.steps} steps x {args.repeats} repeats after {args.warmup} "
               f"warm-up steps{untimed}; PyTorch: "
               f"{'in its own process, rounds alternated' if use_torch else 'not installed' if not args.no_torch else 'off'}"
               + (f" ({', '.join(modes)})" if use_torch else ""))
-        print(f"{'workload':<8} {'batch':>6} {'samples/s':>12} {'ms/step':>9} {'GFLOP/s':>8} {'compile s':>9} "
+        print(f"{'workload':<{width}} {'batch':>6} {'samples/s':>12} {'ms/step':>9} {'GFLOP/s':>8} {'compile s':>9} "
               + "".join(f"{m[:8] + ' s/s':>12} {'ratio':>7}" for m in (modes if use_torch else ("torch",))))
-    peer = None
-    try:
-        if use_torch:
-            peer = _peer(lambda: bench.torch_peer(args.arch, args.threads, modes))
-        for name in names:
-            for batch in batches:
-                try:
-                    res, _ = bench.bench_layerlab(name, args.arch, batch, args.steps, args.repeats, args.warmup,
-                                                  args.threads, peer=peer, round_warmup=args.round_warmup)
-                except PeerError as exc:  # layerlab's figures still count: the rest runs without PyTorch
-                    _peer_failed(exc)
-                    peer.close()
-                    peer = None
-                    res, _ = bench.bench_layerlab(name, args.arch, batch, args.steps, args.repeats, args.warmup,
-                                                  args.threads, round_warmup=args.round_warmup)
-                results.append(res)
-                if text:
-                    print(_line(res, modes if use_torch else ("torch",)), flush=True)
-    except LayerlabError as exc:
-        print(f"layerlab: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    finally:
-        if peer is not None:
-            peer.close()
+    peer, stopped = None, None
+    with stop_signals_interrupt() as received:
+        try:
+            if use_torch:
+                peer = _peer(lambda: bench.torch_peer(args.arch, args.threads, modes))
+            for name in names:
+                for batch in batches:
+                    try:
+                        res, _ = bench.bench_layerlab(name, args.arch, batch, args.steps, args.repeats, args.warmup,
+                                                      args.threads, peer=peer, round_warmup=args.round_warmup)
+                    except PeerError as exc:  # layerlab's figures still count: the rest runs without PyTorch
+                        _peer_failed(exc)
+                        peer.close()
+                        peer = None
+                        res, _ = bench.bench_layerlab(name, args.arch, batch, args.steps, args.repeats,
+                                                      args.warmup, args.threads, round_warmup=args.round_warmup)
+                    results.append(res)
+                    if text:
+                        print(_line(res, modes if use_torch else ("torch",), width), flush=True)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the points measured are kept, written and recorded
+            if not received:
+                raise
+            stopped = received[0]
+            sys.stderr.write("\n")  # (not after the terminal's ^C)
+        except LayerlabError as exc:
+            print(f"layerlab: error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        finally:
+            if peer is not None:
+                peer.close(wait_s=1.0 if received else 10.0)  # (stopped: its round is not waited for)
+    if stopped is not None and not results:
+        print(f"layerlab: {signal_said(stopped)}", file=sys.stderr)
+        return 128 + stopped
     if text and results:
         # (per part: from steps launched part by part with a sync after each, so the parts add up to more than a
         # step of the table, which runs as one graph)
@@ -126,15 +137,14 @@ def run_bench(args) -> int:
             print(f"  {r.workload} batch {r.batch}: " + ", ".join(
                 f"{t['name']} {100 * t['share']:.0f}% ({t['fwd_ms']:.2f}+{t['bwd_ms']:.2f} ms"
                 + (f", {t['gflops']:.1f} GFLOP/s)" if t["gflops"] else ")") for t in top))
-    from .cli import record_points
-
     info = runtime.current()
     # The threads and device that ran (not only what was asked), and the rate where one point makes the run.
     record_points(args, "bench", ",".join(names), [r.to_dict() for r in results],
                   {k: v for k, v in vars(args).items() if k not in ("command", "store", "no_store", "version")},
                   arch=args.arch, threads=results[0].threads if results else args.threads,
                   device=info.device if info is not None else None,
-                  summary={"samples_per_s": results[0].samples_per_s} if len(results) == 1 else None)
+                  summary={"samples_per_s": results[0].samples_per_s} if len(results) == 1 else None,
+                  status="finished" if stopped is None else "stopped")
     if args.json:
         doc = json.dumps([r.to_dict() for r in results], indent=1)
         if args.json == "-":
@@ -145,4 +155,8 @@ def run_bench(args) -> int:
             except LayerlabError as exc:
                 print(f"layerlab: error: {exc}", file=sys.stderr)
                 return exc.exit_code
+    if stopped is not None:
+        print(f"layerlab: {signal_said(stopped)}: the benchmark stopped after {len(results)} of "
+              f"{len(names) * len(batches)} points (those are kept)", file=sys.stderr)
+        return 128 + stopped
     return 0

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import ConfigError, LayerlabError
@@ -84,6 +85,26 @@ def _tol_arg(text: str) -> float:
 def signal_said(signum: int) -> str:
     """How a stop by this signal is said: "interrupted" for Ctrl-C, else "SIGTERM received" and the like."""
     return "interrupted" if signum == signal.SIGINT else f"{signal.Signals(signum).name} received"
+
+
+@contextmanager
+def stop_signals_interrupt():
+    """Inside the block SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt, so that a sweep or a benchmark stops
+    as Ctrl-C stops it, keeping what it measured (SIGTERM and SIGHUP ended it with nothing written); SIGINT is
+    handled even where the shell started the command with it ignored (`... &`). Yields the list that gets the
+    signals' numbers."""
+    received: list[int] = []
+
+    def on_signal(signum, frame):
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def package_version() -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
@@ -92,16 +93,16 @@ class TorchPeer:
         PyTorch trained in-process)."""
         return self.call("state", mode)
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 10.0) -> None:
         """End the child: closing its stdin ends its loop (even mid-request), then it is waited for, or
-        killed after 10 s."""
+        killed after ``wait_s``."""
         for f in (self._proc.stdin, self._proc.stdout):
             try:
                 f.close()
             except OSError:  # the pipe of a process that died: nothing left to flush
                 pass
         try:
-            self._proc.wait(timeout=10)
+            self._proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
@@ -251,6 +252,10 @@ class _Worker:
 
 
 def _serve() -> None:
+    # The caller alone ends the peer (by closing the pipe): a Ctrl-C at the terminal reaches both processes,
+    # and the caller keeps what it measured, so the peer neither dies with a traceback nor ends the round early.
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     inp, out = sys.stdin.buffer, os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # stray prints go to stderr, not into the replies
     worker = _Worker()
@@ -263,8 +268,11 @@ def _serve() -> None:
             reply = (True, getattr(worker, cmd)(payload))
         except Exception as exc:  # reported to the caller, which raises PeerError with it
             reply = (False, f"{type(exc).__name__}: {exc}")
-        pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
-        out.flush()
+        try:
+            pickle.dump(reply, out, protocol=pickle.HIGHEST_PROTOCOL)
+            out.flush()
+        except OSError:  # the caller stopped reading (it was stopped mid-request): nothing left to answer
+            os._exit(0)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from . import analysis, bench, runtime, sweep
 from .benchcli import _ints
-from .cli import record_points, signal_said
+from .cli import record_points, signal_said, stop_signals_interrupt
 from .fileio import check_output
 from .config import load_config
 from .errors import ConfigError, LayerlabError
@@ -52,27 +52,16 @@ def run_sweep_cli(args) -> int:
         except OSError as exc:
             raise ConfigError(f"--out {args.out}: cannot make the directory ({exc.strerror or exc})") from None
         check_output(out / "sweep.json", "--out")
-        # SIGTERM and SIGHUP stop the sweep as Ctrl-C does, the points measured kept (they ended it with nothing
-        # written); SIGINT is handled even where the shell started the sweep with it ignored (`sweep ... &`).
-        received = []
-
-        def on_signal(signum, frame):
-            received.append(signum)
-            raise KeyboardInterrupt
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        try:
-            points = sweep.run_sweep(model, archs, batches, filters, threads, args.steps, args.repeats, args.warmup,
-                                     progress=sweep._progress)
-        except KeyboardInterrupt:  # (before the first point ended: nothing to keep; "interrupted" on a line of
-            sys.stderr.write("\n")  # its own, not after the open progress line)
-            if not received:
-                raise
-            print(f"layerlab: {signal_said(received[0])}", file=sys.stderr)
-            return 128 + received[0]  # (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with stop_signals_interrupt() as received:
+            try:
+                points = sweep.run_sweep(model, archs, batches, filters, threads, args.steps, args.repeats,
+                                         args.warmup, progress=sweep._progress)
+            except KeyboardInterrupt:  # (before the first point ended: nothing to keep; "interrupted" on a line
+                sys.stderr.write("\n")  # of its own, not after the open progress line)
+                if not received:
+                    raise
+                print(f"layerlab: {signal_said(received[0])}", file=sys.stderr)
+                return 128 + received[0]  # (130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP)
         stopped = isinstance(points, sweep.Stopped)
         amdahl = None
         serial = next((p for p in points if p.arch == "cpu-serial"), None)

@@ -70,3 +70,47 @@ def test_a_recorded_bench_lists_its_rate_threads_and_device(tmp_path):
     assert listed[-1] == f"{rate:,.0f}"
     shown = layerlab("runs", "show", "1", "--store", store).stdout
     assert "device unknown" not in shown and '"version"' not in shown and '"workloads": "net-1h"' in shown
+
+
+@pytest.mark.parametrize("sig,code,said", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "SIGTERM received")])
+def test_a_stopped_bench_keeps_the_points_measured(tmp_path, sig, code, said):
+    """Ctrl-C, SIGTERM or SIGHUP during a benchmark ended it with none of the rows it had printed written to
+    --json or recorded, and a Ctrl-C at the terminal (the whole process group) put a traceback from the PyTorch
+    peer on the screen. Now the points measured are written and recorded as a stopped run, exit 128 + signal."""
+    import os
+    import re
+    import signal
+    import threading
+    import time
+
+    from nncore import bench
+
+    store, out = tmp_path / "r.sqlite", tmp_path / "b.json"
+    peer = [] if bench.torch_available() else ["--no-torch"]
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "bench", "--arch", "cpu-serial", "--workloads",
+                             "net-1h", "--batch", "17,23,29", "--steps", "800", "--repeats", "2", "--warmup", "1",
+                             "--json", str(out), "--store", str(store), *peer],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    rows = bytearray()
+    reader = threading.Thread(target=lambda: [rows.extend(b) for b in iter(lambda: os.read(proc.stdout.fileno(),
+                                                                                          4096), b"")])
+    reader.start()
+    deadline = time.monotonic() + 240
+    first = re.compile(rb"^net-1h +17 ", re.M)  # the first point's row
+    while not first.search(rows) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert first.search(rows) and proc.poll() is None, (rows.decode(), proc.poll())
+    # Ctrl-C at a terminal reaches every process of the group, the peer too; the others reach layerlab alone.
+    (os.killpg if sig == "SIGINT" else os.kill)(proc.pid, getattr(signal, sig))
+    proc.wait(timeout=120)
+    reader.join(10)
+    err = proc.stderr.read().decode()
+    assert proc.returncode == code and "Traceback" not in err, err
+    assert f"{said}: the benchmark stopped after 1 of 3 points (those are kept)" in err, err
+    doc = json.loads(out.read_text())
+    assert [(r["workload"], r["batch"]) for r in doc] == [("net-1h", 17)] and doc[0]["samples_per_s"] > 0
+    from nncore.store import Store
+
+    (run,) = Store(store).runs()
+    assert run["status"] == "stopped" and run["kind"] == "bench"
+    assert [p["batch"] for p in Store(store).run(run["id"])["points"]] == [17]
