@@ -207,7 +207,8 @@ def fit_model(model: dict, info) -> tuple[dict, list, object]:
     if loss is None:
         raise ConfigError("model.loss is missing (cross_entropy, bce or mse)", field="model.loss")
     try:
-        loss.check_classes(info.n_classes, f"dataset {info.name}")
+        only = getattr(info, "test_only", "")  # (a class the training rows lack is counted, and named)
+        loss.check_classes(info.n_classes, f"dataset {info.name}", f" ({only})" if only else "")
     except ConfigError as exc:  # the output layer is the one to change
         raise ConfigError(str(exc), layer=len(layers) - 1, about_data=True) from None
     return model, layers, loss

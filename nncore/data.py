@@ -244,6 +244,7 @@ class DatasetInfo:
     input_shape: tuple[int, ...]
     n_classes: int
     notes: tuple = ()  # what loading found (a CSV file's classes and encoding), for the user
+    test_only: str = ""  # where some classes are in the test rows only: which, and where ("x. only in t.csv")
 
 
 def _idx_dims(path: Path) -> tuple[int, ...]:
@@ -292,7 +293,11 @@ def describe(name: str | None = None, directory=None, *, samples: int = 1000, no
     a damaged body inside a .gz file is found only when loaded."""
     if is_table(directory):
         ds = _csv(directory, test_ratio, seed, limit, csv)
-        return DatasetInfo(ds.name, ds.input_shape, ds.n_classes, tuple(ds.meta["notes"]))
+        only = [c for c in ds.meta["classes"] if c not in ds.meta["train_classes"]]
+        test = (csv or {}).get("test_path")
+        where = f"the test file {Path(test).name}" if test else "its test rows"
+        return DatasetInfo(ds.name, ds.input_shape, ds.n_classes, tuple(ds.meta["notes"]),
+                           f"{', '.join(only)} only in {where}" if only else "")
     if directory is not None:
         directory = Path(directory)
         if not directory.is_dir():

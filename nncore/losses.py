@@ -46,8 +46,9 @@ class Loss:
                               f"but the last layer gives {self.outputs}; use bce for one output")
         self.n_classes = 2 if self.outputs == 1 else self.outputs
 
-    def check_classes(self, n_classes: int, where: str = "dataset") -> None:
-        """Raise ConfigError unless labels in [0, n_classes) fit this loss and output size."""
+    def check_classes(self, n_classes: int, where: str = "dataset", why: str = "") -> None:
+        """Raise ConfigError unless labels in [0, n_classes) fit this loss and output size (``why``: said after
+        the count, where it needs saying)."""
         if n_classes != self.n_classes:
             if self.name == "bce" and n_classes == 2:
                 fix = "set the last layer's out_features to 1 (or 2)"
@@ -56,7 +57,7 @@ class Loss:
             else:
                 fix = f"set the last layer's out_features to {n_classes}"
             raise ConfigError(f"loss {self.name}: the network has {self.outputs} output(s), fit for "
-                              f"{self.n_classes} classes, but the {where} has {n_classes}; {fix}")
+                              f"{self.n_classes} classes, but the {where} has {n_classes}{why}; {fix}")
 
     def check_labels(self, labels, where: str = "labels") -> None:
         """Raise DataError unless every label is an integer in [0, n_classes): the kernels index by them."""

@@ -289,6 +289,26 @@ def test_labels_only_in_the_test_rows_are_noted(tmp_path, rng):
     assert any("labels in the test rows only" in n and "unheard_of." in n for n in ds.meta["notes"])
 
 
+def test_a_network_too_narrow_for_a_class_of_the_test_file_is_told_where_it_is(tmp_path, rng):
+    """A label found only in --test-data was blamed on the training file ("the dataset a.csv has N"): the
+    error now names the class and the file it is in."""
+    from nncore.config import fit_model
+    from nncore.data import describe
+
+    rows, _ = kdd_rows(60, rng)
+    test_rows = [list(r) for r in rows[5:15]]  # (classes of the training rows, but one)
+    test_rows[3][-1] = "unheard_of."
+    csv = {"test_path": str(write_csv(tmp_path / "b.csv", test_rows))}
+    info = describe(None, write_csv(tmp_path / "a.csv", rows), csv=csv)
+    trained = len(load(None, tmp_path / "a.csv", csv=csv).meta["train_classes"])
+    model = {"loss": "cross_entropy", "layers": [{"type": "Linear", "out_features": trained}]}
+    with pytest.raises(ConfigError, match=rf"fit for {trained} classes, but the dataset a.csv has {trained + 1} "
+                                          r"\(unheard_of. only in the test file b.csv\); set"):
+        fit_model(model, info)
+    model["layers"][0]["out_features"] = trained + 1
+    fit_model(model, info)  # (the note says the network never trains on it; the run goes on)
+
+
 def test_a_file_is_read_once_for_several_checks_and_errors_are_kept(tmp_path, rng, monkeypatch):
     """Checking a run and starting it (and the app's checks as a user types) read a file once per options;
     a file that fails is not read again either."""
