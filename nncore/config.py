@@ -191,6 +191,15 @@ def load_config(path) -> RunConfig:
                      name=doc.get("name", "").strip(), description=doc.get("description", "").strip())
 
 
+def check_filters(model: dict, filters: list, what: str = "--filters") -> None:
+    """ConfigError where filter counts are asked of a network with no Conv2D to set them on (each point would
+    measure the same network)."""
+    if any(f is not None for f in filters) and not any(
+            isinstance(l, dict) and str(l.get("type", "")).lower() == "conv2d" for l in model.get("layers") or ()):
+        raise ConfigError(f"{what} {','.join(str(f) for f in filters)}: the network has no Conv2D layer to set "
+                          "them on (leave it out)", field="sweep-filters")
+
+
 def fit_model(model: dict, info) -> tuple[dict, list, object]:
     """The model spec with its input taken from the dataset where it names none, checked against the dataset
     (``info``: a :class:`nncore.data.DatasetInfo` or a loaded Dataset): input shape, loss, class count.

@@ -9,7 +9,7 @@ from . import analysis, bench, runtime, sweep
 from .benchcli import _ints
 from .cli import record_points, signal_said, stop_signals_interrupt
 from .fileio import check_output
-from .config import load_config
+from .config import check_filters, load_config
 from .errors import ConfigError, LayerlabError
 from .network import check_spec
 
@@ -44,6 +44,7 @@ def run_sweep_cli(args) -> int:
         if "input" not in model:
             raise ConfigError(f"{cfg.source}: sweeps need model.input")
         check_spec(model)  # (a bad layer is named before the sweep starts, not under its progress bar)
+        check_filters(model, filters)
         out = Path(args.out).expanduser()
         if not out.parent.is_dir():  # as --store: a typo makes no tree of directories
             raise ConfigError(f"--out {args.out}: no directory {out.parent} (make it first, or give another path)")

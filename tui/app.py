@@ -17,7 +17,7 @@ from textual.widgets import Button, Header, Input, Select, TabbedContent, TabPan
 
 from nncore import paths
 from tui import compat  # noqa: F401 (fixes to Textual, before anything is built)
-from nncore.config import RunConfig, check_run, load_config, network_name, preset_configs
+from nncore.config import RunConfig, check_filters, check_run, load_config, network_name, preset_configs
 from nncore.errors import ConfigError, DataError, LayerlabError
 from nncore.fileio import write_atomic
 from nncore.report import batch_note, cut, plural, threads_note
@@ -484,8 +484,13 @@ class LayerlabApp(GuardedApp):
             pane.refuse(ConfigError(f"{unavailable[0]} is unavailable: {self.archs[unavailable[0]].reason}",
                                     field="sweep-archs"))
             return
-        self.sweep_job = {**job, "model": self.draft.spec(self.query_one(SettingsPane).data),
-                          "name": self.draft.run_name()}
+        model = self.draft.spec(self.query_one(SettingsPane).data)
+        try:
+            check_filters(model, job["filters"], "filters")
+        except ConfigError as err:
+            pane.refuse(err)
+            return
+        self.sweep_job = {**job, "model": model, "name": self.draft.run_name()}
         self.sweeper = RunHandle(self.sweep_job, target=sweep_main, store=self.child_store)
         self.action_show_tab("analysis")
         pane.show([], None)  # (the last sweep's table and charts would pass for this one's)

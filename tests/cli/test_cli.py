@@ -331,7 +331,8 @@ def test_a_sweep_measures_each_backend_and_batch_once(tmp_path):
 @pytest.mark.parametrize("args,needle", [(["--archs", "cpu-serial,gpu"], "unknown arch 'gpu'"),
                                          (["--archs", " , "], "--archs: give one or more of cpu-serial"),
                                          (["--batch", "0"], "--batch entry 0 must be >= 1"),
-                                         (["--batch", "64,-5"], "--batch entry -5 must be >= 1")])
+                                         (["--batch", "64,-5"], "--batch entry -5 must be >= 1"),
+                                         (["--filters", "8,16"], "--filters 8,16: the network has no Conv2D")])
 def test_sweep_bad_arguments_exit_2(args, needle):
     proc = layerlab("sweep", "quadrant", *args)
     assert proc.returncode == 2

@@ -422,6 +422,12 @@ async def test_sweep_arguments_are_checked(fixed_env):
         app.query_one("#sweep-archs", Input).focus()
         await pilot.press("enter")  # enter in a field runs the sweep too
         assert app.sweeper is None and "cuda is unavailable" in str(app.query_one("#sweep-status").render())
+        app.query_one("#sweep-archs", Input).value = "cpu-serial"
+        app.query_one("#sweep-filters", Input).value = "8"  # (the quadrant MLP has no Conv2D: the same net twice)
+        app.query_one("#sweep-filters", Input).focus()
+        await pilot.press("enter")
+        assert app.sweeper is None and app.query_one("#sweep-filters", Input).has_class("error")
+        assert "filters 8: the network has no Conv2D" in str(app.query_one("#sweep-status").render())
 
 
 @pytest.mark.parametrize("field,value", [("samples", "x"), ("noise", "2"), ("test_ratio", "1.5"), ("val_ratio", "-1"),
