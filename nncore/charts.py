@@ -314,13 +314,32 @@ def draw_parts(plt, points: list[dict], rows: int | None = None) -> dict:
     return series
 
 
+PLAIN_MARKERS = ("•", "+", "x", "o", "*", "#", "%", "@")  # a line's own character where colour is off
+
+
+class _Plain:
+    """plotext, each line drawn in a character of its own: without colour, braille lines all look alike."""
+
+    def __init__(self, plt):
+        self._plt, self._lines = plt, 0
+
+    def plot(self, *args, **kwargs):
+        kwargs["marker"] = PLAIN_MARKERS[self._lines % len(PLAIN_MARKERS)]
+        self._lines += 1
+        return self._plt.plot(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._plt, name)
+
+
 def render(draw, *args, width: int = 72, height: int = 14, color: bool = True) -> str:
-    """A chart as text for the terminal (``layerlab runs show``); plain where ``color`` is False."""
+    """A chart as text for the terminal (``layerlab runs show``); plain where ``color`` is False, each line in
+    a character of its own."""
     import plotext
 
     plotext.clf()
     plotext.plotsize(width, height)
     plotext.theme("clear")
-    draw(plotext, *args, rows=height)
+    draw(plotext if color else _Plain(plotext), *args, rows=height)
     text = plotext.build()
     return text if color else plotext.uncolorize(text)

@@ -82,6 +82,14 @@ def _tol_arg(text: str) -> float:
     return value
 
 
+def _count_arg(text: str) -> int:
+    """A count: a whole number, zero or more."""
+    value = _int_arg(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
+    return value
+
+
 def signal_said(signum: int) -> str:
     """How a stop by this signal is said: "interrupted" for Ctrl-C, else "SIGTERM received" and the like."""
     return "interrupted" if signum == signal.SIGINT else f"{signal.Signals(signum).name} received"
@@ -235,7 +243,7 @@ def _parser() -> argparse.ArgumentParser:
     rl.add_argument("--status", choices=statuses, metavar="STATUS", help=f"only runs of this status: "
                     f"{', '.join(statuses)}")
     rl.add_argument("--since", metavar="YYYY-MM-DD", help="only runs started on or after this day")
-    rl.add_argument("--limit", type=_int_arg, default=50, help="at most N runs (default 50; 0: all)")
+    rl.add_argument("--limit", type=_count_arg, default=50, help="at most N runs (default 50; 0: all)")
     rl.add_argument("--json", action="store_true", help="JSON instead of a table")
     rs = rsub.add_parser("show", help="one run: config, metrics per epoch, timings, loss and accuracy charts")
     rs.add_argument("id", type=_int_arg)

@@ -4,6 +4,7 @@ import csv
 import hashlib
 import io
 import json
+import re
 import os
 import signal
 import sqlite3
@@ -134,6 +135,10 @@ def test_runs_list_show_compare_export_and_rm(tmp_path):
                                                  "--json").stdout)] == [serial]
     text = layerlab("runs", "--store", path, "list").stdout
     assert "quadrant" in text and "finished" in text
+    assert len(json.loads(layerlab("runs", "--store", path, "list", "--limit", "1", "--json").stdout)) == 1
+    proc = layerlab("runs", "--store", path, "list", "--limit", "-1")  # (it listed them all)
+    assert proc.returncode == 2
+    one_line_error(proc, "--limit: -1 must be >= 0")
     shown = json.loads(layerlab("runs", "--store", path, "show", str(serial), "--json").stdout)
     assert len(shown["epochs"]) == 3 and shown["config"]["train"]["arch"] == "cpu-serial"
     text = layerlab("runs", "--store", path, "show", str(serial)).stdout
@@ -144,6 +149,11 @@ def test_runs_list_show_compare_export_and_rm(tmp_path):
     assert "┤" not in layerlab("runs", "--store", path, "show", str(serial), "--no-chart").stdout
     text = layerlab("runs", "--store", path, "compare", str(serial), str(parallel)).stdout
     assert f"#{serial} train" in text and f"#{parallel} test" in text  # the curves overlaid
+    # Without colour each line has a character of its own (every one was braille, all alike).
+    legend = dict((m[1], m[0]) for m in re.findall(r"│ (\S)\1 (#\d+ (?:train|test))", text))
+    assert len(legend) == 4 and len(set(legend.values())) == 4, text
+    # (the runs' curves are equal here, so the last drawn covers the first)
+    assert all(text.count(legend[f"#{parallel} {k}"]) > 4 for k in ("train", "test")), text
     compared = json.loads(layerlab("runs", "--store", path, "compare", str(serial), str(parallel), "--json").stdout)
     assert compared[0]["speedup"] == pytest.approx(1.0)
     assert compared[1]["speedup"] == pytest.approx(compared[1]["samples_per_s"] / compared[0]["samples_per_s"])
