@@ -75,7 +75,7 @@ def _in_range(param: Param, digits: str) -> int:
 def parse_param(param: Param, text: str):
     """The value typed for ``param``: None for an empty field (the default); ValueError saying what is wrong."""
     text = text.strip()
-    if not text:
+    if not text or (param.placeholder == "auto" and text.lower() == "auto"):  # (the empty field's word, typed)
         return None
     if param.kind == "init":
         if text not in INITS:

@@ -770,3 +770,36 @@ async def test_why_training_cannot_start_fits_beside_the_buttons(fixed_env, size
         assert ("layer 2 (Linear): out_features 0" in text) == full, text
         assert ("see the Model view" in text) != full, text
         assert state.size.height <= 2 and app.query_one("#start", Button).disabled
+
+
+async def test_the_layer_tables_columns_fit_their_cells_after_keys_in_a_burst(fixed_env):
+    """Three digits typed into a layer's field in one burst (a paste, or tmux's send-keys) left the table's
+    columns as wide as their headers ("Linea", "✗ inva") until the next edit; each column is now as wide as its
+    widest cell, and narrows again when that cell does."""
+    from rich.cells import cell_len
+    from textual import events
+
+    app = LayerlabApp("quadrant", store=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        table = app.query_one(LayerTable)
+        fields = {f.param.name: f for f in app.query(ParamInput)}
+
+        async def burst(field: str, text: str):
+            fields[field].focus()
+            fields[field].value = ""
+            await pilot.pause()
+            for c in text:
+                app.post_message(events.Key(c, c))
+            for _ in range(6):
+                await pilot.pause()
+            widths = [c.get_render_width(table) - 2 * table.cell_padding for c in table.ordered_columns]
+            cells = [[str(table.get_cell_at((r, k))) for r in range(table.row_count)] for k in range(len(widths))]
+            want = [max(cell_len(x) for x in (c.label.plain, *col)) for c, col in zip(table.ordered_columns, cells)]
+            return widths, want, cells
+
+        widths, want, cells = await burst("in_features", "128")  # (the input is 2: layer 0 is marked invalid)
+        assert widths == want and cells[0][0] == "✗ 0" and cells[3][0] == "✗ invalid"
+        widths, want, cells = await burst("in_features", "auto")  # (the word the empty field shows)
+        assert widths == want and cells[0][0] == "0" and cells[2][0] == "out=16"  # narrower again
+        assert widths[2] == len("parameters")

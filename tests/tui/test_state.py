@@ -32,6 +32,14 @@ def test_parse_param(kind, text, value):
     assert parse_param(p, text) == value
 
 
+def test_the_word_an_empty_field_shows_may_be_typed():
+    """in_features shows "auto" when empty; typing the word itself was refused as "must be a whole number"."""
+    lin = {p.name: p for p in layer_params("Linear")}
+    assert parse_param(lin["in_features"], "auto") is None and parse_param(lin["in_features"], " Auto ") is None
+    with pytest.raises(ValueError, match="out_features 'auto' must be a whole number"):
+        parse_param(lin["out_features"], "auto")  # (required: nothing stands for it)
+
+
 @pytest.mark.parametrize("kind,text", [("int", "2.5"), ("int", "8,"), ("int", "3x2"), ("int", "-1"), ("int", "５"),
                                        ("int", "1e3"), ("pair", "3x"), ("pair", "1x2x3"), ("init", "glorot")])
 def test_parse_param_refuses(kind, text):

@@ -9,6 +9,7 @@ check it.
 """
 from __future__ import annotations
 
+from rich.cells import cell_len
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Grid, Horizontal, Vertical
@@ -165,8 +166,7 @@ class ModelPane(Guarded, Vertical):
         self.pending = {k: v for k, v in self.pending.items() if k[0] in present or k[0] == 0}
         rows, self.error = self.draft.check(self.data)
         bad_layers = {k[0] for k in self.pending}
-        table.clear(columns=True)  # (kept columns would keep the width of the widest value they ever held)
-        table.add_columns("#", "layer", "parameters", "output", "params", "fwd FLOPs")
+        lines = []
         for i, layer in enumerate(self.draft.layers):
             bad = (self.error is not None and self.error.layer == i) or id(layer) in bad_layers
             if i < len(rows):
@@ -174,7 +174,15 @@ class ModelPane(Guarded, Vertical):
                 cells = ("x".join(map(str, r["out_shape"])), f"{r['params']:,}", fmt_flops(r["flops_fwd"]))
             else:
                 cells = ("✗ invalid" if bad else "—", "", "")
-            table.add_row(f"{'✗ ' if bad else ''}{i}", layer.get("type", "?"), format_params(layer), *cells)
+            lines.append((f"{'✗ ' if bad else ''}{i}", layer.get("type", "?"), format_params(layer), *cells))
+        # Columns made anew, each as wide as its widest cell now: kept columns would keep the width of the widest
+        # value they ever held, and widths left to the table came out as the headers' after keys in a burst.
+        table.clear(columns=True)
+        heads = ("#", "layer", "parameters", "output", "params", "fwd FLOPs")
+        for k, head in enumerate(heads):
+            table.add_column(head, width=max(cell_len(c) for c in (head, *(line[k] for line in lines))))
+        for line in lines:
+            table.add_row(*line)
         if self.draft.layers:
             table.move_cursor(row=max(0, min(row, len(self.draft.layers) - 1)), animate=False)
         self._sync_editor()
