@@ -498,6 +498,33 @@ async def test_open_prompt_takes_preset_names_as_the_cli_does(fixed_env, tmp_pat
         assert app.draft.name == "xor-probe" and app.sub_title == "xor-probe"
 
 
+async def test_a_bare_name_typed_in_a_save_prompt_goes_where_the_prompt_started(fixed_env, tmp_path, monkeypatch):
+    """The save prompt proposes DIR/quadrant.toml; a name typed over it alone went to the app's working
+    directory (and the next prompts started there). It goes to DIR; to open, a relative path that is not
+    in DIR is still found in the working directory."""
+    from tui.screens.path import PathScreen
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+s")
+        prompt = app.screen.query_one("#path-input", Input)
+        start = prompt.value.rsplit("/", 1)[0]
+        prompt.value = "mine.toml"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not isinstance(app.screen, PathScreen))
+        assert (tmp_path / "saved" / "mine.toml").is_file() and start == str(tmp_path / "saved")
+        assert not (cwd / "mine.toml").exists()
+        (cwd / "here.toml").write_text((tmp_path / "saved" / "mine.toml").read_text().replace("mine", "here"))
+        await pilot.press("ctrl+o")
+        app.screen.query_one("#path-input", Input).value = "here.toml"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: not isinstance(app.screen, PathScreen))
+        assert app.draft.name == "here"
+
+
 async def test_open_and_save_prompts_answer_bad_paths_in_place(fixed_env, tmp_path):
     from tui.screens.path import PathScreen
     from tui.screens.pick import ConfirmScreen

@@ -88,7 +88,7 @@ class PathScreen(Guarded, ModalScreen[str | None]):
         if not text:
             self._say("give a file name")
             return
-        path = Path(os.path.abspath(Path(text).expanduser()))
+        path = self._resolve(text)
         named = self._named(text, path)
         if named is not None:
             path = named
@@ -111,14 +111,31 @@ class PathScreen(Guarded, ModalScreen[str | None]):
 
         self.app.push_screen(ConfirmScreen(f"{path} exists. Overwrite it?"), answered)
 
+    def _start(self) -> Path | None:
+        """The directory the prompt started in."""
+        start = Path(os.path.abspath(Path(self.value).expanduser())) if self.value else None
+        if start is not None and not self.value.endswith(os.sep):
+            start = start.parent  # the prompt started on a file: its directory
+        return start
+
+    def _resolve(self, text: str) -> Path:
+        """The path typed: a relative one is taken in the directory the prompt started in (a bare name typed
+        over the proposed path went to the app's working directory, unseen), or, to open a file that is not
+        there, in the working directory, as a shell would take it."""
+        typed = Path(text).expanduser()
+        start = self._start()
+        if typed.is_absolute() or start is None:
+            return Path(os.path.abspath(typed))
+        there = Path(os.path.abspath(start / typed))
+        here = Path(os.path.abspath(typed))
+        return here if self.must_exist and not there.exists() and here.exists() else there
+
     def _named(self, text: str, path: Path) -> Path | None:
         """The file a name of ``names`` stands for, where ``text`` is such a name (alone, or after the directory
         the prompt started in) and no file of that path exists."""
         if path.exists():
             return None
-        start = Path(os.path.abspath(Path(self.value).expanduser())) if self.value else None
-        if start is not None and not self.value.endswith(os.sep):
-            start = start.parent  # the prompt started on a file: its directory
+        start = self._start()
         if text in self.names:
             return self.names[text]
         return self.names.get(path.name) if path.parent == start else None
