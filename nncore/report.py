@@ -69,6 +69,18 @@ def cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+EDITED = " (edited)"  # after a network's name, in the runs of it changed since it was opened or saved
+
+
+def cut_name(name: str, width: int) -> str:
+    """A network's name as cut() gives it, but with " (edited)" kept whole where it ends the name ("quadrant
+    (edi…" read as another network), or, with room for only a few characters of the name, as "*"."""
+    if len(name) <= width or not name.endswith(EDITED) or width < 2:
+        return cut(name, width)
+    base = name[:-len(EDITED)]
+    return cut(base, width - len(EDITED)) + EDITED if width >= len(EDITED) + 6 else cut(base, width - 1) + "*"
+
+
 def threads_note(threads, arch: str | None) -> str | None:
     """What to tell a user who asked for more threads than this process has cores: allowed (a sweep over thread
     counts may want it), but they then share the cores and a run is slower, not faster."""

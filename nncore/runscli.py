@@ -11,7 +11,7 @@ from datetime import datetime
 
 from .errors import ConfigError, LayerlabError
 from .fileio import check_output, write_or_rescue
-from .report import cut, loss_text, short_arch
+from .report import cut_name, loss_text, short_arch
 from .store import Store, StoreError, mean_rate
 
 EPOCH_COLUMNS = ["run_id", "name", "arch", "threads", "ranks", "status", "epoch", "steps", "train_loss", "test_loss",
@@ -47,7 +47,7 @@ def _list(store: Store, args) -> int:
     print(f"{'id':>5}  {'started':<16}  {'kind':<5}  {'network':<14} {'arch':<{aw}} {'thr':>3} {'ranks':>5} "
           f"{'status':<9} {'epochs':>6} {'test acc':>8} {'samples/s':>11}")
     for r in runs:
-        print(f"{r['id']:>5}  {_when(r['started']):<16}  {r['kind']:<5}  {cut(r['name'], 14):<14} "
+        print(f"{r['id']:>5}  {_when(r['started']):<16}  {r['kind']:<5}  {cut_name(r['name'], 14):<14} "
               f"{short_arch(r['arch']):<{aw}} "
               f"{_num(r['threads'], ''):>3} {r['ranks']:>5} {r['status']:<9} {r['epochs_done']:>6} "
               f"{_num(r['test_acc'], '.4f'):>8} {_num(r['samples_per_s'], ',.0f'):>11}")
@@ -136,7 +136,7 @@ def _compare(store: Store, args) -> int:
     print(f"{'id':>5} {'network':<14} {'arch':<{aw}} {'thr':>3} {'ranks':>5} {'status':<9} {'epochs':>6} "
           f"{'test acc':>8} {'samples/s':>11} {'speedup':>8}")
     for r in rows:
-        print(f"{r['id']:>5} {cut(r['name'], 14):<14} {short_arch(r['arch']):<{aw}} {_num(r['threads'], ''):>3} "
+        print(f"{r['id']:>5} {cut_name(r['name'], 14):<14} {short_arch(r['arch']):<{aw}} {_num(r['threads'], ''):>3} "
               f"{r['ranks']:>5} "
               f"{r['status']:<9} {r['epochs']:>6} {_num(r['test_acc'], '.4f'):>8} "
               f"{_num(r['samples_per_s'], ',.0f'):>11} {_num(r['speedup'], '.2f'):>8}")

@@ -17,6 +17,7 @@ from nncore.layers import LAYER_TYPES
 from nncore.limits import INT32_MAX
 from nncore.losses import canonical
 from nncore.network import build_layers, check_spec, summarize
+from nncore.report import EDITED
 from nncore.store import mean_epoch_s, mean_rate
 
 LAYER_KINDS = [cls.kind for cls in LAYER_TYPES.values()]
@@ -114,7 +115,6 @@ def parse_shape(text: str) -> list[int] | None:
     return [int(p) for p in parts]
 
 
-EDITED = " (edited)"  # after a network's name, in the runs of it changed since it was opened or saved
 
 
 @dataclass

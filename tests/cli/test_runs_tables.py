@@ -2,6 +2,8 @@
 per-part table, a sweep's list of archs in `layerlab runs list`."""
 import sys
 
+import pytest
+
 from nncore.events import LayerTiming
 from nncore.report import short_arch, timing_table
 from nncore.store import Store
@@ -65,3 +67,14 @@ def test_losses_print_in_four_decimals_or_as_exponents_when_huge(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert "train loss 1.123e+30  test loss 9.551e+29" in lines[0], lines
     assert "1,234 samples/s incl. compile" in lines[0] and "incl. compile" not in lines[1], lines
+
+
+@pytest.mark.parametrize("name,width,shown", [
+    ("quadrant (edited)", 17, "quadrant (edited)"), ("quadrant (edited)", 16, "quadra… (edited)"),
+    ("quadrant (edited)", 14, "quadrant*"), ("mnist-conv-2x64-bn (edited)", 14, "mnist-conv-2…*"),
+    ("mnist-conv-2x64-bn", 14, "mnist-conv-2x…"), ("x (edited)", 1, "…")])
+def test_a_cut_name_keeps_the_edited_mark(name, width, shown):
+    """A run of an edited network cut to a table's width read "quadrant (edi…", as if another network's."""
+    from nncore.report import cut_name
+
+    assert cut_name(name, width) == shown and len(shown) <= width

@@ -381,6 +381,13 @@ async def test_the_table_fits_80_columns_and_shows_every_column_at_140(fixed_env
         rows = [line for line in screen_text(app).splitlines() if "finished" in line]
         assert len(rows) == 4 and "serial+parallel" in rows[0]
         assert not any(long in line for line in rows) and "mnist-con…" in rows[0]  # cut with an ellipsis
+        record(app.store, scripted_run(), {**cfg, "source": "quadrant (edited)"})  # (" (edi…" read as a name)
+        app._show_runs()
+        await pilot.pause()
+        assert " quadrant*  " in next(line for line in screen_text(app).splitlines() if "    5  " in line)
+        app.store.remove([5])
+        app._show_runs()
+        await pilot.pause()
         detail = str(app.query_one("#runs-detail").render())
         assert detail.startswith("#4: ") and long in detail and "sweep" in detail and "2 thr" in detail
         await pilot.press("down", "down")  # the long-named training run

@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Static
 from textual.widgets.data_table import Column
 
 from nncore.charts import Curves, draw_accuracy, draw_loss
-from nncore.report import short_arch
+from nncore.report import cut_name, short_arch
 from nncore.store import StoreError
 from tui.guard import Guarded
 from tui.keys import RUNS_KEYS, bindings
@@ -31,6 +31,16 @@ LEGEND = " · ".join(f"{HEADERS.get(k, k)}: {v}" for k, v in MEANING.items() if 
                     ("samples_per_s", "speedup", "test_acc"))
 NO_CURVES = "select a run to see its curves; mark two or more with space to overlay them"
 NO_RUNS_CURVES = "a training run's loss and accuracy curves appear here"  # (the hint above says there are none)
+
+
+class _NameCell(Text):
+    """A network's name in its cell, cut to the cell's width as cut_name cuts it (" (edited)" kept whole)."""
+
+    def __rich_console__(self, console, options):
+        if cell_len(self.plain) > options.max_width:
+            yield from Text(cut_name(self.plain, options.max_width), no_wrap=True).__rich_console__(console, options)
+        else:
+            yield from super().__rich_console__(console, options)
 
 
 def _cell(key: str, value) -> str:
@@ -203,7 +213,8 @@ class RunsPane(Guarded, Vertical):
         at_top = table.row_count == 0 or table.cursor_row <= 0
         self.rows, self.total = store_rows(rows, self.marked, self.paused_pid), total
         # Text, not markup (a network's name is shown as written), cut with an ellipsis where the column is cut.
-        cells = [[Text(_cell(c, r[c]), no_wrap=True, overflow="ellipsis") for c in STORE_COLUMNS] for r in self.rows]
+        cells = [[(_NameCell if c == "network" else Text)(_cell(c, r[c]), no_wrap=True, overflow="ellipsis")
+                  for c in STORE_COLUMNS] for r in self.rows]
         if table.row_count == len(cells) and all(
                 str(table.get_row_at(i)[1]) == str(row[1]) for i, row in enumerate(cells)):
             for i, row in enumerate(cells):  # the same runs: only changed cells are written
