@@ -803,3 +803,26 @@ async def test_the_layer_tables_columns_fit_their_cells_after_keys_in_a_burst(fi
         widths, want, cells = await burst("in_features", "auto")  # (the word the empty field shows)
         assert widths == want and cells[0][0] == "0" and cells[2][0] == "out=16"  # narrower again
         assert widths[2] == len("parameters")
+
+
+@pytest.mark.parametrize("view,stops", [("2", ["dataset", "samples", "noise", "test_ratio", "val_ratio", "optimizer",
+                                               "lr", "momentum", "batch_size", "epochs", "seed", "threads", "ranks",
+                                               "backend", "tabs"]),
+                                        ("5", ["sweep-run", "tabs", "sweep-archs", "sweep-batch", "sweep-filters",
+                                               "sweep-steps"])])
+async def test_tab_stops_only_where_the_focus_shows(fixed_env, view, stops):
+    """Tab in the Data & training view stopped on the settings' scroll container, and in the Analysis view on
+    the empty results, where nothing showed the focus (a Tab that seemed to do nothing). Each stop is now a
+    field, a button, the radio buttons or the view tabs; a container only while it has something to scroll."""
+    from textual.widgets import Tabs
+
+    app = LayerlabApp("quadrant", store=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press(view)
+        await pilot.pause()
+        seen = []
+        for _ in range(len(stops)):
+            seen.append("tabs" if isinstance(app.focused, Tabs) else app.focused.id)
+            await pilot.press("tab")
+            await pilot.pause()
+        assert seen == stops and app.focused.id == stops[0]

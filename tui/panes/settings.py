@@ -54,6 +54,11 @@ def _number(text: str, kind: type, section: str, key: str):
 
 
 class SettingsPane(Guarded, VerticalScroll):
+    def allow_focus(self) -> bool:
+        """A Tab stop only where the settings overflow the view (an empty stop showed nothing focused); a
+        field that takes the focus is scrolled into view anyway."""
+        return super().allow_focus() and (self.max_scroll_y > 0 or self.max_scroll_x > 0)
+
     class Changed(Message):
         """The settings changed: ``valid``, and the dataset they name (a DatasetInfo) or why it cannot be used."""
 

@@ -26,3 +26,7 @@ class CellScroll(VerticalScroll):
         bar = super().vertical_scrollbar  # (made on first use, as Textual makes it)
         bar.renderer = CellScrollBarRender  # (an instance's renderer, as Textual's ScrollBar documents)
         return bar
+
+    def allow_focus(self) -> bool:
+        """A Tab stop only where there is something to scroll (an empty stop showed nothing focused)."""
+        return super().allow_focus() and (self.max_scroll_y > 0 or self.max_scroll_x > 0)
