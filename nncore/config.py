@@ -30,6 +30,8 @@ _POS = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and ma
 _NONNEG = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
            "a finite number >= 0")
 _FRAC = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1, "a number in [0, 1)")
+_OPEN = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1, "a number in (0, 1)")
+_UNIT = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1, "a number in [0, 1]")
 _BOOL = (lambda v: isinstance(v, bool), "true or false")
 _STR = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
 OPTIMIZER_NAMES = ("sgd", "adam")  # nncore.optim.OPTIMIZERS, named here so that checking a config loads no kernels
@@ -48,8 +50,8 @@ _HEADER = (lambda v: v == "auto" or isinstance(v, bool), '"auto", true or false'
 _COLUMNS = (lambda v: isinstance(v, (list, tuple)) and all(_COLUMN[0](c) for c in v),
             "a list of column names or indices")
 DATA_FIELDS = {
-    "dataset": (None, _STR), "path": (None, _STR), "samples": (1000, _INT), "noise": (0.0, _FRAC),
-    "test_ratio": (0.2, _FRAC), "val_ratio": (0.0, _FRAC), "limit": (None, _INT),
+    "dataset": (None, _STR), "path": (None, _STR), "samples": (1000, _INT), "noise": (0.0, _UNIT),
+    "test_ratio": (0.2, _OPEN), "val_ratio": (0.0, _FRAC), "limit": (None, _INT),
     # CSV files (path names a file): nncore.tabular
     "test_path": (None, _STR), "label": (None, _COLUMN), "header": ("auto", _HEADER), "categorical": (None, _COLUMNS),
 }
@@ -106,6 +108,16 @@ class RunConfig:
         return {"model": self.model, "data": self.data, "train": self.train, "source": self.source}
 
 
+def _as_written(value) -> str:
+    """A config value as TOML and JSON write it (true, "sgd", [1, 2]), not as Python does (True, 'sgd'), cut to
+    a line's part."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # (a TOML date or time)
+        text = str(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 def _fill(section: str, given: dict, spec: dict, source: str) -> dict:
     if not isinstance(given, dict):
         raise ConfigError(f"{source}: [{section}] must be a table")
@@ -122,7 +134,8 @@ def _fill(section: str, given: dict, spec: dict, source: str) -> dict:
             raise ConfigError(f"{source}: {section}.{name} = {value} is beyond the 32-bit range the engine uses",
                               field=f"{section}.{name}")
         if value is not None and not check(value):
-            raise ConfigError(f"{source}: {section}.{name} = {value!r} must be {allowed}", field=f"{section}.{name}")
+            raise ConfigError(f"{source}: {section}.{name} = {_as_written(value)} must be {allowed}",
+                              field=f"{section}.{name}")
         out[name] = value.lower() if name == "optimizer" else value
     return out
 
@@ -178,8 +191,10 @@ def load_config(path) -> RunConfig:
     unknown = sorted(set(doc) - {"model", "data", "train", "name", "description"})
     if unknown:
         raise ConfigError(f"{p}: unknown table or field {unknown[0]!r} (allowed: model, data, train)")
-    if not isinstance(doc.get("model"), dict):
+    if "model" not in doc:
         raise ConfigError(f"{p}: missing [model] table")
+    if not isinstance(doc["model"], dict):
+        raise ConfigError(f"{p}: model = {_as_written(doc['model'])} must be a table ([model])", field="model")
     for key in ("name", "description"):
         value = doc.get(key, "")
         if not isinstance(value, str) or (key == "name" and len(value) > NAME_CHARS) \

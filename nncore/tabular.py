@@ -452,6 +452,6 @@ def _load_csv(path, test_path, test_ratio, seed, label, header, categorical, lim
         notes.append(f"labels in the test rows only (classes the network is never trained on): {', '.join(test_only)}")
     if te.unseen:
         notes.append("test rows with categories training never saw, encoded as all zeros: "
-                     + ", ".join(f"{name} {count:,}" for name, count in te.unseen.items()))
+                     + ", ".join(f"column {name} in {count:,} row{'s' * (count != 1)}" for name, count in te.unseen.items()))
     meta["notes"], meta["unseen"] = notes, te.unseen
     return Dataset(Path(path).name, tr.x, tr.y, te.x, te.y, n_classes=len(meta["classes"]), meta=meta)

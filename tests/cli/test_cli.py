@@ -78,6 +78,8 @@ MLP = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_featu
      "layer 0 (Linear): in_features 3 does not match the input size 2"),
     (MLP + '[train]\nbatch_size = 0\n', [], "train.batch_size = 0 must be a positive integer"),
     (MLP + '[train]\nlrr = 0.1\n', [], "unknown field train.lrr"),
+    (MLP + '[data]\ntest_ratio = 0\n', [], "data.test_ratio = 0 must be a number in (0, 1)"),  # ([0, 1) there,
+    (MLP + '[data]\nnoise = 1.5\n', [], "data.noise = 1.5 must be a number in [0, 1]"),   # (0, 1) later)
     (MLP, ["--epochs", "x"], "--epochs: 'x' must be a whole number written in digits 0-9"),
     (MLP, ["--dataset", "nope"], "dataset 'nope' is unknown; choose one of quadrant"),
     (MLP, ["--lr", "-1"], "--lr: train.lr = -1.0 must be a finite number > 0"),

@@ -230,6 +230,9 @@ def test_a_symlinked_output_stays_a_symlink_and_stale_temporaries_are_cleaned(tm
     ('{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": 1}]}, '
      '"train": {"shuffle": null}}', "train.shuffle = null must be true or false"),
     ('{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": 1}]}, '
+     '"train": {"optimizer": true}}', "train.optimizer = true must be one of sgd, adam"),  # (it said True)
+    ('{"model": "x"}', 'model = "x" must be a table'),  # (it said "missing [model] table")
+    ('{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": 1}]}, '
      '"train": {"lr": NaN}}', "NaN is not a number a config may hold"),
     ('{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": 1}]}, '
      '"data": {"samples": 1000000000000}}', "data.samples = 1000000000000 is beyond the 32-bit range"),

@@ -148,7 +148,7 @@ def test_unseen_test_category_is_all_zeros_and_counted(tmp_path, rng):
     assert len(svc) == len({r[2] for r in rows})
     assert (ds.x_test[:3][:, svc] == 0).all() and (ds.x_test[3:][:, svc].sum(axis=1) == 1).all()
     assert ds.meta["unseen"] == {"2": 3}  # (no header: columns are named by their index)
-    assert any("never saw, encoded as all zeros: 2 3" in n for n in ds.meta["notes"])
+    assert any("never saw, encoded as all zeros: column 2 in 3 rows" in n for n in ds.meta["notes"])  # ("2 3")
 
 
 @pytest.mark.parametrize("text,culprit", [
