@@ -287,7 +287,8 @@ class LinearAct:
         lin = self.linear
         if on_cpu():
             return lin.forward(out, inp, params, scratch, self.kind, packed)
-        K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind, loss)
+        K_tiled.linear_forward_gpu(out, inp, params, lin.offsets["weight"], lin.offsets["bias"], self.kind, loss,
+                                   scratch.get("kpart"))
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp: bool, sgd=None,
                  panels_only: bool = False, tail=None) -> None:
@@ -296,7 +297,7 @@ class LinearAct:
             return lin.backward(dinp, dparams, dout, inp, out, params, scratch, need_dinp, self.kind,
                                 nxt.offsets["weight"] if nxt is not None else None, sgd, panels_only)
         K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, out, params, lin.offsets["weight"], lin.offsets["bias"],
-                                    need_dinp, self.kind, scratch.get("dpartial"), tail)
+                                    need_dinp, self.kind, scratch.get("dpartial"), tail, scratch.get("kpart"))
 
 
 def plan(layers: list[Layer], need_dinp: list[bool], fuse: bool = True) -> list[Part]:

@@ -155,9 +155,16 @@ class Linear(Layer):
                 shapes.update(xp=("v16", K_gemm.panels_shape(batch, n_in)), xs=("v16", K_gemm.strips_shape(batch, n_in)))
             return shapes
         shapes = {}
-        n_s = K_tiled.batch_split(batch, self.in_features, self.out_features)
-        if n_s > 1 and not K_tiled.use_tiled(self.in_features, self.out_features):  # (gradients split over the batch)
-            shapes["dpartial"] = ("f32", (self.out_features * n_s, self.in_features + 1))
+        n_in, n_out = self.in_features, self.out_features
+        n_s = K_tiled.batch_split(batch, n_in, n_out)
+        if n_s > 1 and not K_tiled.use_tiled(n_in, n_out):  # (gradients split over the batch)
+            shapes["dpartial"] = ("f32", (n_out * n_s, n_in + 1))
+        if K_tiled.use_tiled(n_in, n_out):  # the partial sums of a forward or input gradient cut over K
+            parts = [K_tiled.part_shape(batch, n_out, n_in)] + ([K_tiled.part_shape(batch, n_in, n_out)]
+                                                                if need_dinp else [])
+            parts = [p for p in parts if p is not None]
+            if parts:
+                shapes["kpart"] = ("f32", (max(p[0] for p in parts), max(p[1] for p in parts)))
         return shapes
 
     def forward(self, out, inp, params, scratch, kind=0, packed=False, loss=None):
@@ -180,7 +187,7 @@ class Linear(Layer):
                 K_gemm.weight_panels(scratch["wt"], params, w_off, self.out_features, self.cl_c)
                 K_gemm.linear_forward_cpu_direct(out, inp, scratch["wt"], params, b_off, 1 if self.strips_in else 0)
         else:
-            K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, 0, loss)
+            K_tiled.linear_forward_gpu(out, inp, params, w_off, b_off, 0, loss, scratch.get("kpart"))
 
     def backward(self, dinp, dparams, dout, inp, out, params, scratch, need_dinp, kind=0, wn_off=None, sgd=None,
                  panels_only=False, tail=None):
@@ -218,7 +225,7 @@ class Linear(Layer):
                 K_gemm.linear_dweight_cpu_narrow(dparams, scratch["ds"], inp, w_off, self.out_features, self.cl_c)
         else:  # (no activation: the output is never read, dout stands in for it)
             K_tiled.linear_backward_gpu(dinp, dparams, dout, inp, dout, params, w_off, b_off, need_dinp,
-                                        dpartial=scratch.get("dpartial"), tail=tail)
+                                        dpartial=scratch.get("dpartial"), tail=tail, part=scratch.get("kpart"))
 
     def applies_sgd(self) -> bool:
         """Whether backward can apply SGD's step to W itself (the CPU's staged weight gradient, and the narrow

@@ -18,6 +18,8 @@ forward below for few outputs.
 ``linear_forward_gpu`` and ``linear_backward_gpu`` make that choice for Linear, with or without a fused
 activation.
 """
+import os
+
 import taichi as ti
 
 from . import F1, F2, I1, kernel
@@ -57,6 +59,39 @@ def rows_per_thread(m: int, n: int) -> int | None:
 
 def tiles_pay(m: int, n: int) -> bool:
     return rows_per_thread(m, n) is not None
+
+
+SPLIT_BLOCKS = 256  # blocks a product cut over K aims at: two for each multiprocessor
+MAX_K_SPLIT = 4
+MIN_K_RANGE = 128  # the shortest range of K a block sums
+
+
+def k_split_enabled() -> bool:
+    return os.environ.get("LAYERLAB_CUDA_K_SPLIT", "1") != "0"
+
+
+def tiling(m: int, n: int, k: int) -> tuple[int, int] | None:
+    """(rows per thread, ranges of K) for an m x n product over k, or None (no tiles: ``rows_per_thread``).
+    Where the product has fewer tiles than SPLIT_BLOCKS, K is cut into up to MAX_K_SPLIT ranges of at least
+    MIN_K_RANGE, and the tallest tiles are taken of which the ranges make SPLIT_BLOCKS blocks: with one tile or
+    less a multiprocessor, a block's warps alone cannot hide its loads' latency."""
+    tm = rows_per_thread(m, n)
+    if tm is None or not k_split_enabled():
+        return None if tm is None else (tm, 1)
+    for t in (4, 2, 1):
+        tiles = -(-m // (16 * t)) * -(-n // BN)
+        if tiles >= SPLIT_BLOCKS:
+            return t, 1
+        split = min(MAX_K_SPLIT, -(-SPLIT_BLOCKS // tiles), max(1, k // MIN_K_RANGE))
+        if tiles * split >= SPLIT_BLOCKS:
+            return t, split
+    return tm, 1
+
+
+def part_shape(m: int, n: int, k: int) -> tuple[int, int] | None:
+    """The partial sums' scratch of an m x n product over k, where ``tiling`` cuts K; else None."""
+    t = tiling(m, n, k)
+    return None if t is None or t[1] == 1 else (t[1] * m, n)
 
 
 @ti.func
@@ -161,10 +196,16 @@ def _b_slot(mode: ti.template(), e):
 @ti.func
 def _tile(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.template(), x: ti.template(),
           dout: ti.template(), out: ti.template(), params: ti.template(), dparams: ti.template(), w_off, b_off,
-          n_in, M, N, K, tile, tid, tiles_n, sgd: ti.template(), velocity: ti.template(), hyper: ti.template()):
+          n_in, M, N, K, tile, tid, tiles_n, sgd: ti.template(), velocity: ti.template(), hyper: ti.template(),
+          split: ti.template() = 1, part: ti.template() = 0, s=0, ks=0):
     """One block's (16 TM)x64 tile of C. The next K slice is read from global memory into registers while the
-    block multiplies the slice in shared memory, so the loads' latency overlaps the arithmetic."""
+    block multiplies the slice in shared memory, so the loads' latency overlaps the arithmetic. With ``split``
+    above 1, only K's range [s ks, (s + 1) ks) is summed, into part[s M + m, n] (``_tiled_split``)."""
     bm = ti.static(16 * tm)
+    k_lo = 0
+    if ti.static(split > 1):
+        k_lo = s * ks
+        K = ti.min(K, k_lo + ks)
     m0, n0 = (tile // tiles_n) * bm, (tile % tiles_n) * BN
     ty, tx = tid >> 4, tid & 15  # (bit operations: index arithmetic the compiler can fold into load offsets)
     # Every shared array of every tile the same size, (BK, 64 + 4) floats, whatever TM: Taichi 1.7 names a
@@ -175,9 +216,9 @@ def _tile(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.tem
     a_sh = ti.simt.block.SharedArray((BK, BN + SH_PAD), ti.f32)
     b_sh = ti.simt.block.SharedArray((BK, BN + SH_PAD), ti.f32)
     acc = ti.Matrix.zero(ti.f32, tm, 4)
-    ra = _load_a(mode, kind, tm, x, dout, out, m0, 0, M, K, tid)
-    rb = _load_b(mode, x, params, w_off, n_in, n0, 0, N, K, tid)
-    for kt in range((K + BK - 1) // BK):
+    ra = _load_a(mode, kind, tm, x, dout, out, m0, k_lo, M, K, tid)
+    rb = _load_b(mode, x, params, w_off, n_in, n0, k_lo, N, K, tid)
+    for kt in range((K - k_lo + BK - 1) // BK):
         for r in ti.static(range(tm)):
             mm, kk = _a_slot(mode, tm, tid + THREADS * r)
             a_sh[kk, mm] = ra[r]
@@ -187,7 +228,7 @@ def _tile(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.tem
         ti.simt.block.sync()
         for kk in ti.static(range(BK)):
             if ti.static(kk == _load_at(mode)):
-                k1 = (kt + 1) * BK  # the next slice (all zero past K: no loads)
+                k1 = k_lo + (kt + 1) * BK  # the next slice (all zero past K: no loads)
                 ra = _load_a(mode, kind, tm, x, dout, out, m0, k1, M, K, tid)
                 rb = _load_b(mode, x, params, w_off, n_in, n0, k1, N, K, tid)
             for r, q in ti.static(ti.ndrange(tm, 4)):
@@ -196,7 +237,9 @@ def _tile(mode: ti.template(), kind: ti.template(), tm: ti.template(), c: ti.tem
     for r, q in ti.static(ti.ndrange(tm, 4)):
         m, n = m0 + ty * tm + r, n0 + tx * 4 + q
         if m < M and n < N:
-            if ti.static(mode == 0):
+            if ti.static(split > 1):
+                part[s * M + m, n] = acc[r, q]
+            elif ti.static(mode == 0):
                 c[m, n] = _act(acc[r, q] + params[b_off + n], kind)
             elif ti.static(mode == 1):
                 c[m, n] = acc[r, q]
@@ -281,19 +324,55 @@ def _tiled_sgd(kind: ti.template(), tm: ti.template(), sgd: ti.template(), x: F2
                 (lr, momentum, weight_decay), lo1, hi1, lo2, hi2)
 
 
+@kernel
+def _tiled_split(mode: ti.template(), kind: ti.template(), tm: ti.template(), split: ti.template(), c: F2, x: F2,
+                 dout: F2, out: F2, params: F1, part: F2, w_off: ti.i32, b_off: ti.i32, n_in: ti.i32, M: ti.i32,
+                 N: ti.i32, K: ti.i32):
+    # The forward (mode 0) or input gradient (1) with K cut into ``split`` ranges: a block per tile and range,
+    # its sums into part, then a loop adding each element's partial sums in order (with the forward's epilogue).
+    # For products with fewer tiles than the GPU has multiprocessors to fill twice (``tiling``).
+    tiles_n = (N + BN - 1) // BN
+    tiles = ((M + 16 * tm - 1) // (16 * tm)) * tiles_n
+    ks = ((K + split - 1) // split + BK - 1) // BK * BK
+    ti.loop_config(block_dim=THREADS)
+    for g in range(tiles * split * THREADS):
+        block, tid = g >> LOG_THREADS, g & (THREADS - 1)
+        _tile(mode, kind, tm, c, x, dout, out, params, params, w_off, b_off, n_in, M, N, K, block // split, tid,
+              tiles_n, 0, params, (0.0, 0.0, 0.0), split, part, block % split, ks)
+    for m, n in ti.ndrange(M, N):
+        v = part[m, n]
+        for r in ti.static(range(1, split)):
+            v += part[r * M + m, n]
+        if ti.static(mode == 0):
+            c[m, n] = _act(v + params[b_off + n], kind)
+        else:
+            c[m, n] = v
+
+
 _tiled.ti.shared_memory = True  # nncore.graph fuses few of these into one kernel (MAX_SHARED)
 _tiled_sgd.ti.shared_memory = True
+_tiled_split.ti.shared_memory = True
 
 
-def linear_forward_tiled(out, inp, params, w_off: int, b_off: int, kind: int = 0, tm: int = 4) -> None:
+def linear_forward_tiled(out, inp, params, w_off: int, b_off: int, kind: int = 0, tm: int = 4, split: int = 1,
+                        part=None) -> None:
     """out (B, OUT) = act(inp @ W.T + b); kind 0: no activation, 1 ReLU, 2 Sigmoid, 3 Tanh; tm rows per
-    thread (4, 2 or 1)."""
+    thread (4, 2 or 1); K cut into ``split`` ranges, summed in ``part`` (``part_shape``), where above 1."""
+    if split > 1:
+        _tiled_split(0, kind, tm, split, out, inp, out, out, params, part, w_off, b_off, inp.shape[1], out.shape[0],
+                     out.shape[1], inp.shape[1])
+        return
     _tiled(0, kind, tm, out, inp, out, out, params, params, w_off, b_off, inp.shape[1], out.shape[0], out.shape[1],
            inp.shape[1])
 
 
-def linear_dinput_tiled(dinp, dout, out, params, w_off: int, kind: int = 0, tm: int = 4) -> None:
+def linear_dinput_tiled(dinp, dout, out, params, w_off: int, kind: int = 0, tm: int = 4, split: int = 1,
+                        part=None) -> None:
     """dinp (B, IN) = (dout * act'(out)) @ W, with dout and out (B, OUT)."""
+    if split > 1:
+        _tiled_split(1, kind, tm, split, dinp, dinp, dout, out, params, part, w_off, 0, dinp.shape[1],
+                     dinp.shape[0], dinp.shape[1], dout.shape[1])
+        return
     _tiled(1, kind, tm, dinp, dinp, dout, out, params, params, w_off, 0, dinp.shape[1], dinp.shape[0], dinp.shape[1],
            dout.shape[1])
 
@@ -457,12 +536,17 @@ def linear_act_backward_split(dinp: F2, dparams: F1, dout: F2, inp: F2, out: F2,
             dparams[b_off + o] = acc
 
 
-def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0, loss=None) -> None:
+def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0, loss=None, part=None) -> None:
     """out (B, OUT) = act(inp @ W.T + b) on CUDA, by the fastest kernel for the shape; kind 0: no activation.
     ``loss`` = (losses, dlogits, labels, row function): out are the logits, and the loss is formed with them
-    (``linear_forward_split_loss``; only where ``use_split_k`` holds)."""
+    (``linear_forward_split_loss``; only where ``use_split_k`` holds). ``part``: the scratch of partial sums
+    where ``tiling`` cuts K (``part_shape``); without it K is not cut."""
     n_in, n_out = inp.shape[1], out.shape[1]
     tm = rows_per_thread(out.shape[0], n_out)
+    t = tiling(out.shape[0], n_out, n_in)
+    if part is not None and t is not None and t[1] > 1:
+        linear_forward_tiled(out, inp, params, w_off, b_off, kind, t[0], t[1], part)
+        return
     if loss is not None:
         if not use_split_k(n_in, n_out):
             raise ValueError("only the split forward of few outputs forms the loss (Part.forms_loss)")
@@ -477,7 +561,7 @@ def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0, 
 
 
 def linear_backward_gpu(dinp, dparams, dout, inp, out, params, w_off: int, b_off: int, need_dinp: bool,
-                        kind: int = 0, dpartial=None, tail=None) -> None:
+                        kind: int = 0, dpartial=None, tail=None, part=None) -> None:
     """Weight, bias and (if ``need_dinp``) input gradients of Linear (+ activation ``kind``) on CUDA.
     ``dpartial``: the batch-split gradients' scratch (``linear_act_backward_split``), for a layer without tiles.
     ``tail`` (optim.SGD.fused(), for a tiled layer only): the weight gradient's kernel also runs SGD's step on
@@ -485,7 +569,10 @@ def linear_backward_gpu(dinp, dparams, dout, inp, out, params, w_off: int, b_off
     n_in, n_out = inp.shape[1], dout.shape[1]
     if use_tiled(n_in, n_out):  # dW: OUT x IN tiles, whatever the batch
         tm = rows_per_thread(dinp.shape[0], n_in)
-        if need_dinp and tm is not None:  # (before dW: with a ``tail``, that kernel changes W)
+        t = tiling(dinp.shape[0], n_in, n_out)
+        if need_dinp and part is not None and t is not None and t[1] > 1:  # (``part``: as the forward's)
+            linear_dinput_tiled(dinp, dout, out, params, w_off, kind, t[0], t[1], part)
+        elif need_dinp and tm is not None:  # (before dW: with a ``tail``, that kernel changes W)
             linear_dinput_tiled(dinp, dout, out, params, w_off, kind, tm)
         elif need_dinp:
             K_lin.linear_act_dinput(dinp, dout, out, params, w_off, kind)

@@ -336,6 +336,37 @@ def test_linear_tiled_cuda(rng, b, n_in, n_out, tm, kind, act):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("kind,act", [(0, lambda v: v), (1, R.relu), (2, R.sigmoid)])
+@pytest.mark.parametrize("b,n_in,n_out,tm,split", [(64, 784, 1024, 1, 4), (256, 784, 1024, 4, 4),
+                                                   (256, 1024, 1024, 4, 4), (37, 333, 70, 2, 3), (65, 150, 130, 1, 2),
+                                                   (5, 64, 64, 4, 2)])
+def test_linear_tiled_cuda_with_k_cut(rng, b, n_in, n_out, tm, split, kind, act):
+    """The forward and input gradient with K cut into ranges (``tiling`` does it where tiles are few): ranges
+    that do not divide K or its slices of 16, ragged tiles, against float64; the partial sums' scratch is
+    ``part_shape``'s size, written only where ranges and rows lie (its other rows keep their value)."""
+    from nncore import runtime
+    from nncore.kernels import gemm_cuda as KT
+
+    runtime.ensure("cuda")
+    x, w = f32(rng.normal(size=(b, n_in))), f32(rng.normal(size=(n_out, n_in)) / np.sqrt(n_in))
+    bias, g = f32(rng.normal(size=n_out)), f32(rng.normal(size=(b, n_out)))
+    params = np.concatenate([[7.0, -3.0, 2.0], w.ravel(), bias])
+    w_off, b_off = 3, 3 + w.size
+    part = nd(np.full((split * b + 1, max(n_in, n_out)), 4.0))
+    out = zeros(b, n_out)
+    KT.linear_forward_tiled(out, nd(x), nd(params), w_off, b_off, kind, tm, split, part)
+    y = act(R.linear(x, w, bias))
+    assert rel_err(out.to_numpy(), y) < FWD_TOL
+    dz = g * {0: np.ones_like(y), 1: (y > 0).astype(np.float64), 2: y * (1 - y)}[kind]
+    dinp = zeros(b, n_in)
+    KT.linear_dinput_tiled(dinp, nd(g), out, nd(params), w_off, kind, tm, split, part)
+    assert rel_err(dinp.to_numpy(), dz @ w) < BWD_TOL
+    assert np.all(part.to_numpy()[split * b] == 4.0)
+    if (b, n_in, n_out) in ((64, 784, 1024), (256, 784, 1024)):  # the seed shapes take the cut this test makes
+        assert KT.tiling(b, n_out, n_in) == (tm, split) and KT.part_shape(b, n_out, n_in) == (split * b, n_out)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("kind,act", [(0, lambda v: v), (2, R.sigmoid), (1, R.relu)])
 @pytest.mark.parametrize("b,n_in,n_out", [(1, 2048, 1), (3, 2081, 10), (67, 10816, 10), (5, 4099, 16),
                                           (64, 1024, 10), (7, 1031, 3), (1000, 1024, 10)])
