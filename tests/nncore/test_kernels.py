@@ -340,7 +340,7 @@ def test_linear_tiled_cuda(rng, b, n_in, n_out, tm, kind, act):
 @pytest.mark.parametrize("b,n_in,n_out,tm,split", [(64, 784, 1024, 1, 4), (256, 784, 1024, 4, 4),
                                                    (256, 1024, 1024, 4, 4), (37, 333, 70, 2, 3), (65, 150, 130, 1, 2),
                                                    (5, 64, 64, 4, 2)])
-def test_linear_tiled_cuda_with_k_cut(rng, b, n_in, n_out, tm, split, kind, act):
+def test_linear_tiled_cuda_with_k_cut(rng, b, n_in, n_out, tm, split, kind, act, monkeypatch):
     """The forward and input gradient with K cut into ranges (``tiling`` does it where tiles are few): ranges
     that do not divide K or its slices of 16, ragged tiles, against float64; the partial sums' scratch is
     ``part_shape``'s size, written only where ranges and rows lie (its other rows keep their value)."""
@@ -362,6 +362,7 @@ def test_linear_tiled_cuda_with_k_cut(rng, b, n_in, n_out, tm, split, kind, act)
     KT.linear_dinput_tiled(dinp, nd(g), out, nd(params), w_off, kind, tm, split, part)
     assert rel_err(dinp.to_numpy(), dz @ w) < BWD_TOL
     assert np.all(part.to_numpy()[split * b] == 4.0)
+    monkeypatch.setenv("LAYERLAB_CUDA_K_SPLIT", "1")
     if (b, n_in, n_out) in ((64, 784, 1024), (256, 784, 1024)):  # the seed shapes take the cut this test makes
         assert KT.tiling(b, n_out, n_in) == (tm, split) and KT.part_shape(b, n_out, n_in) == (split * b, n_out)
 
@@ -753,3 +754,25 @@ def test_pooled_linear_against_float64(rng, b, n_oc, n_pos, n_out, no, kv):
     got = dparams.to_numpy()
     assert rel_err(got[:w.size].reshape(w.shape), f32(dz).T @ x) < BWD_TOL
     assert rel_err(got[w.size:], f32(dz).sum(0)) < BWD_TOL
+
+
+def test_k_ranges_are_cut_only_where_tiles_are_few(monkeypatch):
+    """``tiling``: with the cut on, products of fewer tiles than SPLIT_BLOCKS get ranges of K (at most
+    MAX_K_SPLIT, each at least MIN_K_RANGE long) and the tallest tiles that make SPLIT_BLOCKS blocks with them;
+    the rest keep ``rows_per_thread``'s tiles; off (the default), every product keeps them."""
+    from nncore.kernels import gemm_cuda as KT
+
+    shapes = [(64, 1024, 784), (256, 1024, 1024), (1000, 1024, 784), (33, 50, 37), (200, 64, 130), (40, 1024, 256)]
+    monkeypatch.delenv("LAYERLAB_CUDA_K_SPLIT", raising=False)
+    assert [KT.tiling(*s) for s in shapes] == [None if KT.rows_per_thread(m, n) is None else
+                                                (KT.rows_per_thread(m, n), 1) for m, n, _ in shapes]
+    monkeypatch.setenv("LAYERLAB_CUDA_K_SPLIT", "1")
+    got = {s: KT.tiling(*s) for s in shapes}
+    assert got[(64, 1024, 784)] == (1, 4) and got[(256, 1024, 1024)] == (4, 4) and got[(1000, 1024, 784)] == (4, 1)
+    assert got[(33, 50, 37)] is None  # (no tiles at all)
+    for (m, n, k), t in got.items():
+        if t is None or t[1] == 1:
+            continue
+        tiles = -(-m // (16 * t[0])) * -(-n // KT.BN)
+        assert t[1] <= KT.MAX_K_SPLIT and k // t[1] >= KT.MIN_K_RANGE and tiles < KT.SPLIT_BLOCKS
+        assert KT.part_shape(m, n, k) == (t[1] * m, n)
