@@ -301,7 +301,7 @@ def _recorder(args, cfg):
     from nncore.store import Recorder
 
     return Recorder(store, cfg.label, cfg.to_dict(), input_refusals=False,
-                    warn=lambda msg: print(f"layerlab: warning: {msg}", file=sys.stderr))
+                    warn=lambda msg: _stderr(f"layerlab: warning: {msg}"))
 
 
 def open_store(args, quiet: bool = False):
@@ -498,7 +498,7 @@ def _train(args) -> int:
             return
         interrupted.append((signum, time.monotonic()))
         if cluster is None or cluster.is_root:
-            print(f"\nlayerlab: {signal_said(signum)}; finishing the current step", file=sys.stderr)
+            _stderr(f"\nlayerlab: {signal_said(signum)}; finishing the current step")
 
     # First of all: a rank interrupted inside MPI's start-up must not leave the others waiting in it.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -573,18 +573,18 @@ def _train(args) -> int:
                 jsonl.flush()
             except OSError as exc:
                 lost.append((where, exc.strerror or str(exc)))
-                print(f"layerlab: warning: --jsonl {args.jsonl}: writing the events failed ({lost[0][1]}) at "
-                      f"{where}; the run goes on", file=sys.stderr)
                 _silence_stdout(jsonl)
+                _stderr(f"layerlab: warning: --jsonl {args.jsonl}: writing the events failed ({lost[0][1]}) at "
+                        f"{where}; the run goes on")
         if text is not None:
             try:
                 text(event)
             except OSError as exc:
                 unread.append((where, exc.strerror or str(exc)))
                 text = None
-                print(f"layerlab: warning: stdout: writing the report failed ({unread[0][1]}) at {where}; "
-                      "the run goes on", file=sys.stderr)
                 _silence_stdout(sys.stdout)
+                _stderr(f"layerlab: warning: stdout: writing the report failed ({unread[0][1]}) at {where}; "
+                        "the run goes on")
 
     recorder = _recorder(args, cfg) if root else None  # rank 0 records a distributed run
 
@@ -614,22 +614,34 @@ def _train(args) -> int:
         alone = trainer.failed_alone and cluster.size > 1
         if root or alone:
             prefix = f"rank {cluster.rank}: " if alone and not root else ""
-            print(f"layerlab: error: {prefix}{end.error}", file=sys.stderr)
+            _stderr(f"layerlab: error: {prefix}{end.error}")
         if alone:
             sys.stderr.flush()
             cluster.abort(end.exit_code)
         return end.exit_code
     if lost:
-        print(f"layerlab: error: --jsonl {args.jsonl}: the events from {lost[0][0]} on are missing "
-              f"({lost[0][1]}); the run itself finished", file=sys.stderr)
+        _stderr(f"layerlab: error: --jsonl {args.jsonl}: the events from {lost[0][0]} on are missing "
+                f"({lost[0][1]}); the run itself finished")
         return EXIT_CONFIG
     if unread:
-        print(f"layerlab: error: stdout: the report from {unread[0][0]} on is missing ({unread[0][1]}); "
-              "the run itself finished", file=sys.stderr)
+        _stderr(f"layerlab: error: stdout: the report from {unread[0][0]} on is missing ({unread[0][1]}); "
+                "the run itself finished")
         return EXIT_CONFIG
     if interrupted:  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP: the shell's convention
         return 128 + interrupted[0][0]
     return EXIT_OK
+
+
+def _stderr(line: str) -> None:
+    """A line on stderr; where its reader is gone too (`train ... 2>&1 | head`), stderr is pointed at /dev/null
+    and the run goes on (the exit code still says what was lost)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+        except (OSError, ValueError):
+            pass
 
 
 def _silence_stdout(stream) -> None:

@@ -245,6 +245,21 @@ def test_train_output_to_a_closed_pipe_says_what_is_missing(tmp_path, out, what)
     assert listed.returncode == 0 and "finished" in listed.stdout, listed.stdout + listed.stderr
 
 
+@pytest.mark.parametrize("out", [["--jsonl", "-"], []])
+def test_train_with_stderr_in_the_same_closed_pipe_trains_to_its_end(tmp_path, out):
+    """`layerlab train ... 2>&1 | head -2`: stderr's reader is gone too, so the warning could not be written
+    either; that raised out of the run, which ended after an epoch or two with exit 0, recorded as died. It
+    trains to its end, is recorded as finished, and exits 2."""
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "quadrant", "--epochs", "3", *out,
+                             "--store", str(tmp_path / "runs.sqlite")], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    assert first and proc.wait(timeout=120) == 2
+    (run,) = json.loads(layerlab("runs", "list", "--json", "--store", tmp_path / "runs.sqlite").stdout)
+    assert run["status"] == "finished" and run["epochs_done"] == 3, {k: run[k] for k in ("status", "epochs_done")}
+
+
 @pytest.mark.parametrize("args", [("bench", "--workloads", "net-1h", "--batch", "64", "--steps", "2", "--repeats", "2",
                                    "--no-torch", "--no-store"),
                                   ("sweep", "quadrant", "--archs", "cpu-serial", "--batch", "16", "--steps", "2",
