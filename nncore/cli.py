@@ -285,7 +285,7 @@ def record_points(args, kind: str, name: str, points: list[dict], config: dict, 
     from nncore.store import StoreError
 
     try:
-        run_id = store.add_finished(kind, name, config, points, summary, **info)
+        run_id = store.add_finished(kind, name, config, points, summary, started=_STARTED[0], **info)
         print(f"recorded as run {run_id} in {store.path}", file=sys.stderr)
     except (StoreError, OSError) as exc:
         print(f"layerlab: warning: run store {store.path}: not recorded ({exc})", file=sys.stderr)
@@ -344,6 +344,7 @@ def _archs() -> int:
 _FLAG_OF = {"path": "--data", "test_path": "--test-data", "shuffle": "--no-shuffle"}  # field -> its flag
 _SPELLINGS = {"--batch-size": ("--batch",)}  # a flag -> its other spellings (_alias), blamed as the user typed it
 _ARGV: list[str] = []  # main's arguments
+_STARTED = [time.time()]  # when main began: a sweep's or a benchmark's start, recorded with its points
 
 
 def _typed(flag: str) -> bool:
@@ -657,6 +658,7 @@ def _silence_stdout(stream) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _ARGV[:] = argv
+    _STARTED[0] = time.time()
     args = _parser().parse_args(argv)
     if args.version:
         print(f"layerlab {package_version()}")

@@ -242,12 +242,15 @@ class Store:
                                list(cols.values())).lastrowid
 
     def add_finished(self, kind: str, name: str, config: dict, points: list[dict], summary: dict | None = None,
-                     status: str = "finished", **info) -> int:
+                     status: str = "finished", started: float | None = None, **info) -> int:
         """A sweep's or a benchmark's points as one ended run (``status`` "finished", or "stopped" for a sweep
-        stopped part-way, with the points it measured), in one transaction; returns its id."""
+        stopped part-way, with the points it measured), in one transaction; returns its id. ``started``: when
+        the sweep or benchmark began (time.time(); default now, as it ends)."""
+        ended = time.time()
         try:
             with self._write():
-                run_id = self._insert_run(kind, name, config, status=status, ended=time.time(),
+                run_id = self._insert_run(kind, name, config, status=status, ended=ended,
+                                          started=ended if started is None else min(started, ended),
                                           summary=json.dumps(summary) if summary is not None else None, **info)
                 self._insert_points(run_id, points)
         except sqlite3.Error as exc:

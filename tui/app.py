@@ -490,7 +490,7 @@ class LayerlabApp(GuardedApp):
         except ConfigError as err:
             pane.refuse(err)
             return
-        self.sweep_job = {**job, "model": model, "name": self.draft.run_name()}
+        self.sweep_job = {**job, "model": model, "name": self.draft.run_name(), "started": time.time()}
         self.sweeper = RunHandle(self.sweep_job, target=sweep_main, store=self.child_store)
         self.action_show_tab("analysis")
         pane.show([], None)  # (the last sweep's table and charts would pass for this one's)

@@ -336,7 +336,7 @@ def record_sweep(store, job: dict, points: list[dict], amdahl: dict | None, stop
     return store.add_finished("sweep", str(job.get("name") or "sweep"),
                               {"model": job["model"], "sweep": {k: job[k] for k in SWEEP_FIELDS}}, points,
                               summary, status="stopped" if stopped else "finished", arch=",".join(job["archs"]),
-                              threads=threads_used(points))
+                              threads=threads_used(points), started=job.get("started"))
 
 
 def _record_sweep(job: dict, points: list[dict], amdahl: dict | None, path: str, conn: Connection,

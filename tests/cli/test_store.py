@@ -222,6 +222,8 @@ def test_sweeps_and_benchmarks_are_recorded_with_their_points(tmp_path):
     assert proc.returncode == 0, proc.stderr
     sweep, bench = Store(path).runs()
     assert (sweep["kind"], bench["kind"]) == ("sweep", "bench")
+    # Started when the command began, not as it ended (they were recorded ending before they started).
+    assert all(r["ended"] - r["started"] > 0.5 for r in (sweep, bench)), [(r["started"], r["ended"]) for r in (sweep, bench)]
     assert Store(path).run(bench["id"])["points"] == json.loads((tmp_path / "b.json").read_text())
     assert Store(path).run(sweep["id"])["points"] == json.loads((tmp_path / "sw" / "sweep.json").read_text())["points"]
     text = layerlab("runs", "--store", path, "show", str(sweep["id"])).stdout

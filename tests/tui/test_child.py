@@ -1,3 +1,4 @@
+import pytest
 """The training process's controller (tui.child._Controller): what the app sees when it pauses a run."""
 import time
 
@@ -132,3 +133,6 @@ def test_a_sweep_is_recorded_with_the_threads_it_ran_on(tmp_path):
     both = record_sweep(store, {**job, "archs": ["cpu-serial", "cpu-parallel"]},
                         [{"arch": "cpu-serial", "threads": 1}, {"arch": "cpu-parallel", "threads": 8}], None)
     assert store.run(serial)["threads"] == 1 and store.run(both)["threads"] == 8
+    began = time.time() - 60  # (the app's start of the sweep, kept in its job)
+    timed = store.run(record_sweep(store, {**job, "started": began}, [{"arch": "cpu-serial", "threads": 1}], None))
+    assert timed["started"] == pytest.approx(began) and timed["ended"] - timed["started"] > 59
