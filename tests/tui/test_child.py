@@ -1,6 +1,7 @@
-import pytest
 """The training process's controller (tui.child._Controller): what the app sees when it pauses a run."""
 import time
+
+import pytest
 
 from nncore.config import load_config
 from nncore.events import Step
