@@ -48,6 +48,7 @@ class _Parser(argparse.ArgumentParser):
         # (one prefix for every error, a subcommand's too: tools, and the relay of a distributed run, look for it)
         # argparse says "argument --lr: ..."; the checks of the run's settings say "--lr: ...": one wording.
         message = re.sub(r"^argument ([^:]*): ", r"\1: ", message)
+        message = re.sub(r"^runs_command: invalid choice", "runs: unknown command", message)
         self.exit(EXIT_CONFIG, f"layerlab: error: {message}\n")
 
 

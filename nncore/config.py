@@ -178,8 +178,10 @@ def load_config(path) -> RunConfig:
                 raise ConfigError(f"{p}: a config must be a JSON object")
         else:
             doc = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{p}: cannot read ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start:,}); a config is a TOML or JSON file") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read ({exc.strerror or exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: invalid TOML ({exc})") from None
     except json.JSONDecodeError as exc:

@@ -48,6 +48,9 @@ def run_sweep_cli(args) -> int:
         out = Path(args.out).expanduser()
         if not out.parent.is_dir():  # as --store: a typo makes no tree of directories
             raise ConfigError(f"--out {args.out}: no directory {out.parent} (make it first, or give another path)")
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {args.out}: not a directory (the sweep writes sweep.csv and sweep.json into "
+                              "a directory; give one)")
         try:  # the output directory made (or found writable) before the sweep, not after it
             out.mkdir(exist_ok=True)
         except OSError as exc:

@@ -267,9 +267,13 @@ def _numbers(path: Path, name: str, values, lines: np.ndarray, first_line: int) 
         except ValueError:
             ok = False
         if not ok:
-            raise DataError(f"{path}:{ln}: column {name!r} holds {v[:40]!r}, not a finite number (the column's "
-                            f"first row, line {first_line}, is numeric; name it in data.categorical if it holds "
-                            "words)")
+            try:  # a number past float's range, nan or inf: numeric, but not one a network can take
+                float(v)
+                why = "a numeric column needs finite numbers"
+            except ValueError:
+                why = (f"the column's first row, line {first_line}, is numeric; name it in data.categorical if it "
+                       "holds words")
+            raise DataError(f"{path}:{ln}: column {name!r} holds {v[:40]!r}, not a finite number ({why})")
     raise DataError(f"{path}: column {name!r} could not be read as numbers")  # (not reached)
 
 
@@ -431,6 +435,8 @@ def _load_csv(path, test_path, test_ratio, seed, label, header, categorical, lim
     table = replace(table, label=lab)
     n = len(table.lines)
     if n < 2:  # (one row: a header alone, or a single record; "auto" cannot tell them apart)
+        if limit is not None and limit < 2:
+            raise DataError(f"{path}: data.limit (--limit) = {limit} reads one row; training needs at least two")
         raise DataError(f"{path}: one row only (a header, or a single record); training needs at least two")
     if test_path:
         test = replace(read_csv(test_path, header=header, limit=limit, like=table), label=lab)

@@ -64,7 +64,7 @@ def test_human_output_has_epochs_and_a_timing_table():
 
 
 def write(tmp_path, text, name="c.toml"):
-    (tmp_path / name).write_text(text)
+    (tmp_path / name).write_bytes(text.encode("utf-8", "surrogateescape"))  # (\udcXX: the byte XX, not UTF-8)
     return tmp_path / name
 
 
@@ -78,6 +78,8 @@ MLP = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_featu
      "layer 0 (Linear): in_features 3 does not match the input size 2"),
     (MLP + '[train]\nbatch_size = 0\n', [], "train.batch_size = 0 must be a positive integer"),
     (MLP + '[train]\nlrr = 0.1\n', [], "unknown field train.lrr"),
+    ("\udcff\udcfe[model]\n", [], "not UTF-8 text (byte 0); a config is a TOML or JSON file"),  # (codec's words)
+    (MLP, ["--data", "{csv}", "--limit", "1"], "data.limit (--limit) = 1 reads one row"),  # (blamed the file)
     (MLP + '[data]\ntest_ratio = 0\n', [], "data.test_ratio = 0 must be a number in (0, 1)"),  # ([0, 1) there,
     (MLP + '[data]\nnoise = 1.5\n', [], "data.noise = 1.5 must be a number in [0, 1]"),   # (0, 1) later)
     (MLP, ["--epochs", "x"], "--epochs: 'x' must be a whole number written in digits 0-9"),
@@ -91,7 +93,9 @@ MLP = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_featu
     (MLP, ["--save-weights", "/nonexistent/dir/w.npz"], "its directory does not exist"),
 ])
 def test_bad_config_or_arguments_exit_2(tmp_path, config, args, needle):
-    proc = layerlab("train", write(tmp_path, config), *args)
+    csv = tmp_path / "d.csv"  # ({csv} in args: a table of 50 rows)
+    csv.write_text("".join(f"{i % 7},{i % 5},{'ab'[i % 2]}\n" for i in range(50)))
+    proc = layerlab("train", write(tmp_path, config), *[a.format(csv=csv) for a in args])
     assert proc.returncode == 2
     one_line_error(proc, needle)
 

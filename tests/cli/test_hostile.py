@@ -286,6 +286,7 @@ def test_init_weights_that_are_not_numeric_npz_are_refused(tmp_path, make, needl
     (["bench", "--json", "/proc/layerlab.json", "--workloads", "net-1h", "--batch", "64", "--no-torch"],
      "--json /proc/layerlab.json: cannot write in /proc"),
     (["sweep", "quadrant", "--out", "/proc/layerlab-sweep"], "--out /proc/layerlab-sweep: cannot make the directory"),
+    (["sweep", "quadrant", "--out", "/dev/zero"], "--out /dev/zero: not a directory"),  # ("cannot make ... exists")
     (["sweep", "quadrant", "--steps", "2000000000"], "--steps 2000000000 is more than 1,000,000"),  # (was a hang)
     (["bench", "--workloads", " , "], "--workloads ' , ' names no workload; choose from net-1h"),  # was "unknown '(none)'"
 ])

@@ -158,7 +158,8 @@ def test_unseen_test_category_is_all_zeros_and_counted(tmp_path, rng):
     ("a,b,label\n\n", "one row only"),
     ("1,2,x\n3,4,y\n5,6\n", ":3: 2 fields, expected 3"),
     ("1,2,x\n3,4,y\n5,abc,x\n", ":3: column '1' holds 'abc', not a finite number"),
-    ("1,2,x\n3,4,y\n5,nan,x\n", ":3: column '1' holds 'nan', not a finite number"),
+    ("1,2,x\n3,4,y\n5,nan,x\n", ":3: column '1' holds 'nan', not a finite number (a numeric column needs"),
+    ("1,inf,x\n3,4,y\n5,6,x\n", ":1: column '1' holds 'inf', not a finite number (a numeric column needs"),
     ("1,2,x\n1,2,x\n", "one label (x)"),
     ("x\ny\n", "no feature columns besides the label"),
     ('1,2,x\n3,4,y\n5,"6,x\n7,8,y\n', ":3: 2 fields, expected 3"),  # an open quote runs to the end
