@@ -158,6 +158,8 @@ class LayerlabApp(GuardedApp):
             self.draft = Draft([], [2], "bce")
             self.query_one(ModelPane).load_draft(self.draft, EMPTY)
             self._opened()
+            if self.query_one(TabbedContent).active == "model":  # its hint says "press a": a acts in the table
+                self.call_after_refresh(self._focus_home, "model")
             return True
         try:
             cfg = load_config(name)

@@ -456,6 +456,8 @@ async def test_the_empty_network_is_untitled(fixed_env):
         text = screen_text(app)
         assert "layerlab — untitled" in title(app)
         assert "no layers: press a to add one" in text and "layer 0" not in text and "out_features" not in text
+        await type_keys(pilot, ["a", "enter"])  # as the hint says (the focus stayed on the preset list: a did nothing)
+        await wait_for(pilot, lambda: len(app.draft.layers) == 1)
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: isinstance(app.screen, PathScreen))
         assert app.screen.query_one(Input).value == str(app.save_dir / "untitled.toml")
