@@ -146,8 +146,10 @@ class LayerlabApp(GuardedApp):
         self.store = Store(MEMORY)
 
     def on_resize(self, event) -> None:
-        """A tall terminal gives the curves more rows (Textual's CSS has no media queries)."""
+        """A tall terminal gives the curves more rows, a wide one the sweep's steps field its whole width
+        (Textual's CSS has no media queries)."""
         self.screen.set_class(event.size.height >= 36, "-tall")
+        self.screen.set_class(event.size.width >= 100, "-wide")
         self.query_one(TrainPane).set_tall(event.size.height >= 36)
 
     # -- configs ----------------------------------------------------------------------------------------------
