@@ -252,9 +252,10 @@ class RunRecord:
         self.samples_per_s = mean_rate(self.epoch_events, self.batch)
 
 
-def spec_key(model: dict) -> str:
-    """Runs of the same network compare only with each other."""
-    return json.dumps(model, sort_keys=True)
+def spec_key(model: dict, data: dict | None = None) -> str:
+    """Runs of the same network on the same data compare only with each other (a run on a six-row table was the
+    base of runs on the full set: 113x)."""
+    return json.dumps({"model": model, "data": data or {}}, sort_keys=True, default=str)
 
 
 # The Runs view's columns, most telling first (a narrow terminal shows the first ones), and what each means.
@@ -265,7 +266,7 @@ HEADERS = {"samples_per_s": "samples/s", "test_acc": "test acc", "s_per_epoch": 
 MEANING = {
     "samples_per_s": "training samples per second once under way: over the epochs after the first, which "
                      "compiles the kernels (within the first, after step 1); paused time excluded",
-    "speedup": "samples/s over the latest cpu-serial run of the same network and batch size (that run: base)",
+    "speedup": "samples/s over the latest cpu-serial run of the same network, data and batch size (that run: base)",
     "test_acc": "accuracy on the test set after the last completed epoch (— before the first)",
     "s_per_epoch": "mean training time of the completed epochs, measured as samples/s is",
     "epochs": "epochs completed", "threads": "CPU threads (cpu-parallel) of each rank", "ranks": "MPI ranks",
@@ -279,7 +280,7 @@ HEADERS.update({"mark": "✓", "id": "#", "started": "started"})
 
 def store_rows(runs: list[dict], marked: list[int] = (), paused_pid: int | None = None) -> list[dict]:
     """The run store's rows (``Store.runs``, newest first) as the Runs view shows them, with each run's speedup
-    over the latest cpu-serial training run of the same network and batch size: "base" for that run itself, None
+    over the latest cpu-serial training run of the same network, data and batch size: "base" for that run itself, None
     for older cpu-serial runs. ``paused_pid``: the process of this app's run while it is paused, whose running
     row then says paused (the store keeps running: a pause is not an outcome)."""
     import time
@@ -295,7 +296,9 @@ def store_rows(runs: list[dict], marked: list[int] = (), paused_pid: int | None 
                     "epochs": r["epochs_done"] if r["kind"] == "train" else None,  # (a sweep has points, no epochs)
                     "threads": r["threads"], "ranks": r["ranks"], "s_per_epoch": r.get("s_per_epoch"),
                     "started": time.strftime("%m-%d %H:%M", time.localtime(r["started"])), "kind": r["kind"],
-                    "config": cfg, "spec_key": spec_key(cfg["model"]) if isinstance(cfg.get("model"), dict) else "",
+                    "config": cfg, "spec_key": spec_key(cfg["model"], cfg.get("data") if isinstance(cfg.get("data"),
+                                                                                        dict) else None)
+                    if isinstance(cfg.get("model"), dict) else "",
                     # a sweep stopped part-way: {"points": n, "of": m}
                     "stopped": r["summary"].get("stopped") if isinstance(r.get("summary"), dict) else None})
     serial = lambda b: b["arch"] == "cpu-serial" and b["ranks"] == 1 and b["kind"] == "train"  # noqa: E731

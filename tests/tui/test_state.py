@@ -144,13 +144,19 @@ def test_run_record_rates_are_over_the_run():
 
 
 def test_store_rows_compare_same_network_and_batch():
-    """A run's speedup is over the latest cpu-serial training run of the same network and batch size; that run
-    is the base, and an older cpu-serial run has none (its ratio to the base would be drift, not speedup)."""
-    def run(i, arch, batch, rate, layers, kind="train", threads=1):
+    """A run's speedup is over the latest cpu-serial training run of the same network, data and batch size;
+    that run is the base, and an older cpu-serial run has none (its ratio to the base would be drift, not
+    speedup). A run on other data has its own base (a six-row table's run was the base of the full set's)."""
+    def run(i, arch, batch, rate, layers, kind="train", threads=1, data=None):
         return {"id": i, "name": "n", "arch": arch, "samples_per_s": rate, "test_acc": None, "status": "finished",
                 "epochs_done": 1, "threads": threads, "ranks": 1, "s_per_epoch": 0.1, "started": 1.7e9 + i,
-                "kind": kind, "config": {"model": {"layers": layers}, "train": {"batch_size": batch}}}
+                "kind": kind, "config": {"model": {"layers": layers}, "train": {"batch_size": batch},
+                                         "data": data or {"dataset": "quadrant", "path": None}}}
 
+    tiny = {"dataset": None, "path": "/data/six-rows.csv"}
+    rows = store_rows([run(9, "cpu-parallel", 32, 9000.0, [1]), run(8, "cpu-serial", 32, 80.0, [1], data=tiny),
+                       run(7, "cpu-parallel", 32, 70.0, [1], data=tiny), run(6, "cpu-serial", 32, 6000.0, [1])])
+    assert [r["speedup"] for r in rows] == [pytest.approx(1.5), "base", pytest.approx(0.875), "base"]
     runs = [run(6, "cpu-serial", 32, 1250.0, [1]),  # newest first: the latest cpu-serial is the base
             run(5, "cpu-parallel", 32, 1800.0, [1], threads=2),
             run(4, "cpu-serial", 32, 1000.0, [1]),
