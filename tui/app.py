@@ -197,20 +197,37 @@ class LayerlabApp(GuardedApp):
         the Runs view may train another one, which is then named with the editor's beside it."""
         run = self.current if self.handle is not None else None
         if run is None:
-            self.sub_title = self.draft.name
+            self.sub_title = self.draft.run_name()  # ("quadrant (edited)" once changed: what a run would record)
             return
         doing = f"{'paused' if self.paused else 'training'} on {run.arch}"
         editing = f" · editing {self.draft.run_name()}" if run.network != self.draft.run_name() else ""
         self.sub_title = f"{run.network} ({doing}){editing}"
 
     def on_model_pane_preset_chosen(self, event: ModelPane.PresetChosen) -> None:
-        self.open_config(event.name)
+        self._open_asking(event.name)
+
+    def _open_asking(self, name: str) -> None:
+        """Open ``name`` (``open_config``); where the network in the editor has changes that were not saved,
+        ask first (they were dropped without a word). No keeps the network, and the preset list shows it again."""
+        if self.draft.run_name() == self.draft.name:
+            self.open_config(name)
+            return
+
+        def answered(yes: bool) -> None:
+            if yes:
+                self.open_config(name)
+            else:
+                shown = self.draft.name if self.draft.name in preset_configs() or self.draft.name == EMPTY else None
+                self.query_one("#preset", Select).value = shown if shown is not None else Select.NULL
+
+        self.open_dialog(ConfirmScreen(f"Discard the changes to {self.draft.name} and open {name}?"), answered)
 
     def on_model_pane_changed(self, event: ModelPane.Changed) -> None:
         self.model_ok = event.valid
         for pane in self.query(SettingsPane):  # (none while the app is closing)
             pane.set_misfit(event.misfit, event.problem)
         self._update_controls()
+        self._show_title()  # ("(edited)" comes and goes with the changes)
 
     def on_settings_pane_changed(self, event: SettingsPane.Changed) -> None:
         self.settings_ok = event.valid
@@ -263,7 +280,9 @@ class LayerlabApp(GuardedApp):
             return None
 
         # A preset's name opens it, as `layerlab train NAME` does.
-        self._ask_path("Open a config file, or a preset by name", "", (), lambda p: self.open_config(str(p)),
+        # (asked after the prompt has closed: one dialog at a time)
+        self._ask_path("Open a config file, or a preset by name", "", (),
+                       lambda p: self.call_after_refresh(self._open_asking, str(p)),
                        must_exist=True, check=refused, names=preset_configs(), what="config file")
 
     def action_export(self) -> None:

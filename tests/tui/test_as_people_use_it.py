@@ -828,3 +828,32 @@ async def test_tab_stops_only_where_the_focus_shows(fixed_env, view, stops):
             await pilot.press("tab")
             await pilot.pause()
         assert seen == stops and app.focused.id == stops[0]
+
+
+async def test_opening_another_network_asks_before_dropping_changes(fixed_env):
+    """A layer removed, then another preset chosen (or ctrl+o): the change was dropped without a word, and the
+    title never showed it. The title says "(edited)"; opening asks first, n keeps the network (the preset list
+    shows it again), y opens the other one."""
+    from tui.screens.pick import ConfirmScreen
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await type_keys(pilot, ["d"])
+        await wait_for(pilot, lambda: len(app.draft.layers) == 4)
+        await pilot.pause()
+        assert "layerlab — quadrant (edited)" in title(app)
+        for answer in ("n", "y"):
+            app.query_one("#preset", Select).value = "cnn"
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert "Discard the changes to quadrant and open cnn?" in screen_text(app)
+            await type_keys(pilot, [answer])
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+            await pilot.pause()
+            if answer == "n":
+                assert len(app.draft.layers) == 4 and app.query_one("#preset", Select).value == "quadrant"
+        await wait_for(pilot, lambda: app.draft.name == "cnn")
+        assert "layerlab — cnn" in title(app) and "edited" not in title(app)
+        await pilot.press("ctrl+o")  # unchanged: opens without a question
+        app.screen.query_one("#path-input", Input).value = "quadrant"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.draft.name == "quadrant")
