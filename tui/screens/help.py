@@ -9,6 +9,7 @@ from textual.widgets import Markdown
 
 from tui.guard import Guarded
 from tui.keys import key_table_markdown
+from tui.widgets.keybar import KeyBar
 
 HELP = f"""\
 # layerlab keys
@@ -40,3 +41,4 @@ class HelpScreen(Guarded, ModalScreen):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
             yield Markdown(HELP)
+        yield KeyBar()  # the help's own keys (the view's, which do nothing here, were shown under it)
