@@ -148,6 +148,8 @@ def report(points, amdahl: analysis.AmdahlView | None, out=sys.stdout) -> None:
         print(f"{p.arch:<13} {p.threads:>3} {p.batch:>6} {_fmt(p.filters, ''):>7} {p.samples_per_s:>11,.0f} "
               f"{p.epoch_s:>8.2f} {p.gflops:>8.2f} {_fmt(p.speedup, '.2f'):>8} {_fmt(p.efficiency, '.2f'):>7} "
               f"{_fmt(p.karp_flatt, '.3f'):>7} {p.launches:>6}", file=out)
+    print(f"s/epoch: for an epoch of {analysis.EPOCH_SAMPLES:,} samples (MNIST's); effic.: speedup per thread;\n"
+          "K-F e: the Karp-Flatt serial fraction; launch: kernel launches a step", file=out)
     if any(p.karp_flatt is not None and p.karp_flatt > 1 for p in points):
         print(analysis.KF_ABOVE_1, file=out)
     if amdahl is not None:
