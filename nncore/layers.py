@@ -85,6 +85,8 @@ def _pair(layer: Layer, name: str, value, minimum: int = 1) -> tuple[int, int]:
         if len(value) != 2:
             raise layer.fail(f"{name} {list(value)!r} must be an integer or a pair of integers")
         return _pos_int(layer, name, value[0], minimum), _pos_int(layer, name, value[1], minimum)
+    if isinstance(value, bool) or not isinstance(value, int):  # ("3x2" is the app field's way, not a config's)
+        raise layer.fail(f"{name} {value!r} must be an integer or a pair of integers, e.g. 3 or [3, 2]")
     v = _pos_int(layer, name, value, minimum)
     return v, v
 

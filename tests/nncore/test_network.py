@@ -50,6 +50,8 @@ def test_shapes_params_and_flops(cpu):
      "layer 0 (Conv2D): padding -1"),
     ([{"type": "Conv2D", "out_channels": 2, "kernel": 3}], [1, 5, 5], None, "layer 0 (Conv2D): unknown parameter 'kernel'"),
     ([{"type": "Conv2D", "kernel_size": 3}], [1, 5, 5], None, "layer 0 (Conv2D): missing parameter 'out_channels'"),
+    ([{"type": "Conv2D", "out_channels": 2, "kernel_size": "3x2"}], [1, 5, 5], None,  # (the app field's form)
+     "layer 0 (Conv2D): kernel_size '3x2' must be an integer or a pair of integers, e.g. 3 or [3, 2]"),
     ([{"type": "Linear", "out_features": 2.5}], [4], None, "layer 0 (Linear): out_features 2.5"),
     ([{"type": "Linear", "out_features": 1}], [4], "cross_entropy", "loss cross_entropy needs at least 2 outputs"),
     ([{"type": "Conv2D", "out_channels": 2, "kernel_size": 1}], [1, 3, 3], "mse", "loss mse needs a flat output"),
