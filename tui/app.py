@@ -91,6 +91,7 @@ class LayerlabApp(GuardedApp):
         self.runs: list[RunRecord] = []
         self.handle: RunHandle | None = None
         self.retiring: list[tuple[RunHandle, float]] = []  # ended runs whose process may still be exiting
+        self._quit_asked = False  # a quit with unsaved changes is being asked about (action_quit)
         self.sweeper: RunHandle | None = None  # a sweep's process (one child at a time: they share the CPU)
         self.sweep_job: dict = {}  # what it sweeps, recorded with its points
         self.current: RunRecord | None = None
@@ -809,6 +810,20 @@ class LayerlabApp(GuardedApp):
         self.notify(f"screenshot written to {path}", timeout=10, markup=False)
 
     async def action_quit(self) -> None:
+        # Changes to the network not saved: asked first (they were lost without a word). A second quit while the
+        # question is open (ctrl+q again) is a yes.
+        if self.draft.run_name() != self.draft.name and not self._quit_asked:
+            self._quit_asked = True
+
+            def answered(yes: bool) -> None:
+                if yes:
+                    self.call_later(self.action_quit)
+                else:
+                    self._quit_asked = False
+
+            self.open_dialog(ConfirmScreen(f"Quit and lose the changes to {self.draft.name}? (n, then ctrl+s, "
+                                           "saves them)"), answered)
+            return
         if self.sweeper is not None:
             self.retiring.append((self.sweeper, 0.0))
             self.sweeper = None

@@ -857,3 +857,30 @@ async def test_opening_another_network_asks_before_dropping_changes(fixed_env):
         app.screen.query_one("#path-input", Input).value = "quadrant"
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.draft.name == "quadrant")
+
+
+async def test_quitting_with_unsaved_changes_asks_first(fixed_env):
+    """q with a changed network quit at once and the change was lost. It asks: n stays, y quits; ctrl+q while
+    the question is open quits too (a second quit is a yes). Unchanged, q quits without a question."""
+    from tui.screens.pick import ConfirmScreen
+
+    for answer in ("y", "ctrl+q"):
+        app = LayerlabApp("quadrant")
+        async with app.run_test(size=(80, 24)) as pilot:
+            await type_keys(pilot, ["d"])
+            await wait_for(pilot, lambda: len(app.draft.layers) == 4)
+            await type_keys(pilot, ["q"])
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            assert "Quit and lose the changes to quadrant?" in screen_text(app)
+            await type_keys(pilot, ["n"])
+            await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+            await pilot.pause()
+            assert app.is_running and len(app.draft.layers) == 4
+            await type_keys(pilot, ["q"])
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.press(answer)
+            await wait_for(pilot, lambda: not app.is_running)
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await type_keys(pilot, ["q"])
+        await wait_for(pilot, lambda: not app.is_running)
