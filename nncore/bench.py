@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import runtime
-from .config import load_config
+from .config import is_conv2d, load_config
 from .kernels.data import gather_rows
 from .network import STEPS_A_LAUNCH, Sequential, check_spec, launch_steps
 from .optim import SGD
@@ -124,8 +124,7 @@ def with_filters(model: dict, filters: int | None) -> dict:
     """The model with every Conv2D's out_channels set to ``filters`` (None: unchanged)."""
     if filters is None:
         return model
-    return {**model, "layers": [dict(l, out_channels=filters) if l["type"].lower() == "conv2d" else l
-                                for l in model["layers"]]}
+    return {**model, "layers": [dict(l, out_channels=filters) if is_conv2d(l) else l for l in model["layers"]]}
 
 
 def bench_layerlab(name: str, arch: str, batch: int, steps: int, repeats: int, warmup: int,

@@ -634,26 +634,28 @@ def _train(args) -> int:
     return EXIT_OK
 
 
+def _to_devnull(stream) -> None:
+    """Point a standard stream whose reader is gone (a closed pipe) at /dev/null, so that nothing written later,
+    nor Python's flush at exit, raises again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def _stderr(line: str) -> None:
-    """A line on stderr; where its reader is gone too (`train ... 2>&1 | head`), stderr is pointed at /dev/null
-    and the run goes on (the exit code still says what was lost)."""
+    """A line on stderr; where its reader is gone too (`train ... 2>&1 | head`), stderr goes to /dev/null and
+    the run goes on (the exit code still says what was lost)."""
     try:
         print(line, file=sys.stderr, flush=True)
     except OSError:
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
-        except (OSError, ValueError):
-            pass
+        _to_devnull(sys.stderr)
 
 
 def _silence_stdout(stream) -> None:
-    """Point stdout at /dev/null where ``stream`` is stdout and its reader is gone (a closed pipe), so that
-    nothing written later, nor Python's flush at exit, raises again."""
+    """Point stdout at /dev/null where ``stream`` is stdout and its reader is gone."""
     if stream is sys.stdout:
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        _to_devnull(sys.stdout)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -208,13 +208,17 @@ def load_config(path) -> RunConfig:
                      name=doc.get("name", "").strip(), description=doc.get("description", "").strip())
 
 
+def is_conv2d(layer) -> bool:
+    """Whether a layer of a model spec is a Conv2D (the layers whose filter count a sweep sets)."""
+    return isinstance(layer, dict) and str(layer.get("type", "")).lower() == "conv2d"
+
+
 def check_filters(model: dict, filters: list, what: str = "--filters") -> None:
     """ConfigError where filter counts are asked of a network with no Conv2D to set them on (each point would
     measure the same network)."""
-    if any(f is not None for f in filters) and not any(
-            isinstance(l, dict) and str(l.get("type", "")).lower() == "conv2d" for l in model.get("layers") or ()):
+    if any(f is not None for f in filters) and not any(map(is_conv2d, model.get("layers") or ())):
         raise ConfigError(f"{what} {','.join(str(f) for f in filters)}: the network has no Conv2D layer to set "
-                          "them on (leave it out)", field="sweep-filters")
+                          "them on (leave it out)")
 
 
 def fit_model(model: dict, info) -> tuple[dict, list, object]:

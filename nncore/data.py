@@ -293,7 +293,7 @@ def describe(name: str | None = None, directory=None, *, samples: int = 1000, no
     a damaged body inside a .gz file is found only when loaded."""
     if is_table(directory):
         ds = _csv(directory, test_ratio, seed, limit, csv)
-        only = [c for c in ds.meta["classes"] if c not in ds.meta["train_classes"]]
+        only = ds.meta["test_only"]
         test = (csv or {}).get("test_path")
         where = f"the test file {Path(test).name}" if test else "its test rows"
         return DatasetInfo(ds.name, ds.input_shape, ds.n_classes, tuple(ds.meta["notes"]),

@@ -263,16 +263,13 @@ def _numbers(path: Path, name: str, values, lines: np.ndarray, first_line: int) 
         return out
     for v, ln in zip(values, lines):
         try:
-            ok = math.isfinite(float(v))
+            numeric, ok = True, math.isfinite(float(v))
         except ValueError:
-            ok = False
+            numeric, ok = False, False
         if not ok:
-            try:  # a number past float's range, nan or inf: numeric, but not one a network can take
-                float(v)
-                why = "a numeric column needs finite numbers"
-            except ValueError:
-                why = (f"the column's first row, line {first_line}, is numeric; name it in data.categorical if it "
-                       "holds words")
+            # (nan, inf or a number past float's range: numeric, but not one a network can take)
+            why = "a numeric column needs finite numbers" if numeric else (
+                f"the column's first row, line {first_line}, is numeric; name it in data.categorical if it holds words")
             raise DataError(f"{path}:{ln}: column {name!r} holds {v[:40]!r}, not a finite number ({why})")
     raise DataError(f"{path}: column {name!r} could not be read as numbers")  # (not reached)
 
@@ -453,11 +450,12 @@ def _load_csv(path, test_path, test_ratio, seed, label, header, categorical, lim
     notes = [f"{Path(path).name}: {len(tr.y):,} training and {len(te.y):,} test rows, {tr.x.shape[1]} features "
              f"({sum(table.numeric) - table.numeric[lab]} numeric standardised, the rest one-hot), label column "
              f"{meta['label']!r}: classes " + ", ".join(f"{i} = {c}" for i, c in enumerate(meta["classes"]))]
-    test_only = [c for c in meta["classes"] if c not in meta["train_classes"]]
+    meta["test_only"] = test_only = [c for c in meta["classes"] if c not in meta["train_classes"]]
     if test_only:
         notes.append(f"labels in the test rows only (classes the network is never trained on): {', '.join(test_only)}")
     if te.unseen:
         notes.append("test rows with categories training never saw, encoded as all zeros: "
-                     + ", ".join(f"column {name} in {count:,} row{'s' * (count != 1)}" for name, count in te.unseen.items()))
+                     + ", ".join(f"column {name} in {count:,} row{'s' * (count != 1)}"
+                                 for name, count in te.unseen.items()))
     meta["notes"], meta["unseen"] = notes, te.unseen
     return Dataset(Path(path).name, tr.x, tr.y, te.x, te.y, n_classes=len(meta["classes"]), meta=meta)

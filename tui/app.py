@@ -210,7 +210,7 @@ class LayerlabApp(GuardedApp):
     def _open_asking(self, name: str) -> None:
         """Open ``name`` (``open_config``); where the network in the editor has changes that were not saved,
         ask first (they were dropped without a word). No keeps the network, and the preset list shows it again."""
-        if self.draft.run_name() == self.draft.name:
+        if not self.draft.edited():
             self.open_config(name)
             return
 
@@ -511,8 +511,8 @@ class LayerlabApp(GuardedApp):
         model = self.draft.spec(self.query_one(SettingsPane).data)
         try:
             check_filters(model, job["filters"], "filters")
-        except ConfigError as err:
-            pane.refuse(err)
+        except ConfigError as err:  # (the field to mark)
+            pane.refuse(ConfigError(str(err), field="sweep-filters"))
             return
         self.sweep_job = {**job, "model": model, "name": self.draft.run_name(), "started": time.time()}
         self.sweeper = RunHandle(self.sweep_job, target=sweep_main, store=self.child_store)
@@ -812,7 +812,7 @@ class LayerlabApp(GuardedApp):
     async def action_quit(self) -> None:
         # Changes to the network not saved: asked first (they were lost without a word). A second quit while the
         # question is open (ctrl+q again) is a yes.
-        if self.draft.run_name() != self.draft.name and not self._quit_asked:
+        if self.draft.edited() and not self._quit_asked:
             self._quit_asked = True
 
             def answered(yes: bool) -> None:

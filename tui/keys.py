@@ -51,7 +51,8 @@ APP_KEYS = [
     Key(None, "ctrl+s", "save_config", "Save", "save the network and settings as a config file", show=False),
     Key(None, "ctrl+o", "open_config", "Open", "open a config file", show=False),
     Key("question_mark", "f12", "help", "Help", "the help screen: every key, and how the numbers are measured"),
-    Key("q", "ctrl+q", "quit", "Quit", "quit (asks about unsaved network changes; a run or a sweep is stopped cleanly first; ctrl+q in a dialog too)",
+    Key("q", "ctrl+q", "quit", "Quit", "quit (asks about unsaved network changes; a run or a sweep is stopped "
+        "cleanly first; ctrl+q in a dialog too)",
         in_dialogs=True),
     Key(None, "escape", "leave_field", "Leave field", "leave a text field (or close a dialog)", show=False),
 ]

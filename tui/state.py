@@ -143,10 +143,14 @@ class Draft:
         """The network as it is now is the one its name stands for (just opened, or saved under that name)."""
         self.origin = copy.deepcopy((self.layers, self.input, self.loss))
 
+    def edited(self) -> bool:
+        """Whether the network differs from the one opened or saved under its name."""
+        return self.origin is not None and self.origin != (self.layers, self.input, self.loss)
+
     def run_name(self) -> str:
         """The name a run of this network records: its own, or with " (edited)" once it differs from the network
         opened under that name, so that a changed preset's runs do not pass for the preset's."""
-        if self.origin is None or self.origin == (self.layers, self.input, self.loss):
+        if not self.edited():
             return self.name
         return f"{self.name[:NAME_CHARS - len(EDITED)]}{EDITED}"
 
@@ -288,7 +292,7 @@ def store_rows(runs: list[dict], marked: list[int] = (), paused_pid: int | None 
     out = []
     for r in runs:
         cfg = r.get("config") or {}
-        train = cfg.get("train") or {}
+        train, data = cfg.get("train") or {}, cfg.get("data")
         out.append({"mark": "✓" if r["id"] in marked else "", "id": r["id"], "network": r["name"],
                     "arch": r["arch"], "samples_per_s": r["samples_per_s"], "speedup": None, "test_acc": r["test_acc"],
                     "status": "paused" if paused_pid is not None and r["status"] == "running"
@@ -296,8 +300,7 @@ def store_rows(runs: list[dict], marked: list[int] = (), paused_pid: int | None 
                     "epochs": r["epochs_done"] if r["kind"] == "train" else None,  # (a sweep has points, no epochs)
                     "threads": r["threads"], "ranks": r["ranks"], "s_per_epoch": r.get("s_per_epoch"),
                     "started": time.strftime("%m-%d %H:%M", time.localtime(r["started"])), "kind": r["kind"],
-                    "config": cfg, "spec_key": spec_key(cfg["model"], cfg.get("data") if isinstance(cfg.get("data"),
-                                                                                        dict) else None)
+                    "config": cfg, "spec_key": spec_key(cfg["model"], data if isinstance(data, dict) else None)
                     if isinstance(cfg.get("model"), dict) else "",
                     # a sweep stopped part-way: {"points": n, "of": m}
                     "stopped": r["summary"].get("stopped") if isinstance(r.get("summary"), dict) else None})

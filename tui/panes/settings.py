@@ -22,6 +22,7 @@ from nncore.distributed import mpi_missing
 from nncore.errors import ConfigError, LayerlabError
 from nncore.runtime import available_archs
 from tui.guard import Guarded
+from tui.widgets.scroll import ScrollStop
 
 IDX_DIR = "idx"  # the dataset choice that reads a path: an IDX directory or a CSV file
 NUMERIC = {  # field id -> (section, key, type)
@@ -53,12 +54,7 @@ def _number(text: str, kind: type, section: str, key: str):
         raise ConfigError(f"{section}.{key} {text!r} must be {what}", field=f"{section}.{key}") from None
 
 
-class SettingsPane(Guarded, VerticalScroll):
-    def allow_focus(self) -> bool:
-        """A Tab stop only where the settings overflow the view (an empty stop showed nothing focused); a
-        field that takes the focus is scrolled into view anyway."""
-        return super().allow_focus() and (self.max_scroll_y > 0 or self.max_scroll_x > 0)
-
+class SettingsPane(Guarded, ScrollStop, VerticalScroll):
     class Changed(Message):
         """The settings changed: ``valid``, and the dataset they name (a DatasetInfo) or why it cannot be used."""
 

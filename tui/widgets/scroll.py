@@ -18,7 +18,15 @@ class CellScrollBarRender(ScrollBarRender):
     HORIZONTAL_BARS = [" "] * len(ScrollBarRender.HORIZONTAL_BARS)
 
 
-class CellScroll(VerticalScroll):
+class ScrollStop:
+    """A scroll container that is a Tab stop only where there is something to scroll (an empty stop showed
+    nothing focused); a field inside that takes the focus is scrolled into view anyway."""
+
+    def allow_focus(self) -> bool:
+        return super().allow_focus() and (self.max_scroll_y > 0 or self.max_scroll_x > 0)
+
+
+class CellScroll(ScrollStop, VerticalScroll):
     """VerticalScroll drawing its vertical scrollbar with :class:`CellScrollBarRender`."""
 
     @property
@@ -26,7 +34,3 @@ class CellScroll(VerticalScroll):
         bar = super().vertical_scrollbar  # (made on first use, as Textual makes it)
         bar.renderer = CellScrollBarRender  # (an instance's renderer, as Textual's ScrollBar documents)
         return bar
-
-    def allow_focus(self) -> bool:
-        """A Tab stop only where there is something to scroll (an empty stop showed nothing focused)."""
-        return super().allow_focus() and (self.max_scroll_y > 0 or self.max_scroll_x > 0)
