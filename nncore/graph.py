@@ -384,8 +384,9 @@ def fuse_plan(calls, static: bool = False, threads: int = 0) -> list:
     place). Each run of consecutive calls with the same in-place flag (nncore.kernels.Sized), at most MAX_ARGS
     parameters and at most MAX_SHARED shared-memory kernels becomes one kernel that holds them all
     (``_make_fused``, ``static`` as there), cached by the kernels, their templates, which arguments share an
-    ndarray and, where static, the shapes and fixed integers. A step of a dozen kernels then pays one
-    launch's fixed cost instead of a dozen; each of its loops still costs a driver launch of its own.
+    ndarray and, where static, the shapes and fixed integers (on CUDA a static group of one too). A step of a
+    dozen kernels then pays one launch's fixed cost instead of a dozen; each of its loops still costs a driver
+    launch of its own.
     ``threads`` > 0 (the CPU): cooperative kernels (nncore.coop) of that many threads instead, in-place flags
     ignored (the kernel shares every loop out itself); a kernel the rewrite refuses raises NotCooperative."""
     _k.restore_sources()  # (the kernels made here compile next, from their sources)
@@ -399,8 +400,12 @@ def fuse_plan(calls, static: bool = False, threads: int = 0) -> list:
         else:
             groups.append([c])
     plan = []
+    # On CUDA a static plan's kernels are its own, even a group of one: the step's CUDA-graph replay needs the
+    # PTX of each kernel, dumped only when it is first compiled, and a library kernel may have been compiled
+    # earlier by the part-by-part path (nncore.cudagraph.traced).
+    own = static and not _k.on_cpu()
     for g in groups:
-        if len(g) == 1 and not threads:
+        if len(g) == 1 and not threads and not own:
             kern, args, in_place = calls[g[0]]
             plan.append((kern, [(g[0], i) for i in range(len(args))], in_place))
             continue

@@ -67,14 +67,13 @@ MIN_K_RANGE = 128  # the shortest range of K a block sums
 
 
 def k_split_enabled() -> bool:
-    """LAYERLAB_CUDA_K_SPLIT=1 turns the cut on. Off by default until the whole CUDA test suite passes with it:
-    one run of it had a step that fell back from its CUDA-graph replay (docs/LOG.md, 2026-11-28)."""
-    return os.environ.get("LAYERLAB_CUDA_K_SPLIT", "0") == "1"
+    """Whether ``tiling`` may cut K into ranges: yes, unless LAYERLAB_CUDA_K_SPLIT=0."""
+    return os.environ.get("LAYERLAB_CUDA_K_SPLIT", "").strip() != "0"
 
 
 def tiling(m: int, n: int, k: int) -> tuple[int, int] | None:
     """(rows per thread, ranges of K) for an m x n product over k, or None (no tiles: ``rows_per_thread``).
-    Ranges only where ``k_split_enabled``.
+    Ranges only where ``k_split_enabled`` (LAYERLAB_CUDA_K_SPLIT=0 turns them off).
     Where the product has fewer tiles than SPLIT_BLOCKS, K is cut into up to MAX_K_SPLIT ranges of at least
     MIN_K_RANGE, and the tallest tiles are taken of which the ranges make SPLIT_BLOCKS blocks: with one tile or
     less a multiprocessor, a block's warps alone cannot hide its loads' latency."""

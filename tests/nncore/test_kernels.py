@@ -759,15 +759,18 @@ def test_pooled_linear_against_float64(rng, b, n_oc, n_pos, n_out, no, kv):
 def test_k_ranges_are_cut_only_where_tiles_are_few(monkeypatch):
     """``tiling``: with the cut on, products of fewer tiles than SPLIT_BLOCKS get ranges of K (at most
     MAX_K_SPLIT, each at least MIN_K_RANGE long) and the tallest tiles that make SPLIT_BLOCKS blocks with them;
-    the rest keep ``rows_per_thread``'s tiles; off (the default), every product keeps them."""
+    the rest keep ``rows_per_thread``'s tiles; off (LAYERLAB_CUDA_K_SPLIT=0), every product keeps them; on is the
+    default."""
     from nncore.kernels import gemm_cuda as KT
 
     shapes = [(64, 1024, 784), (256, 1024, 1024), (1000, 1024, 784), (33, 50, 37), (200, 64, 130), (40, 1024, 256)]
-    monkeypatch.delenv("LAYERLAB_CUDA_K_SPLIT", raising=False)
+    monkeypatch.setenv("LAYERLAB_CUDA_K_SPLIT", "0")
     assert [KT.tiling(*s) for s in shapes] == [None if KT.rows_per_thread(m, n) is None else
                                                 (KT.rows_per_thread(m, n), 1) for m, n, _ in shapes]
-    monkeypatch.setenv("LAYERLAB_CUDA_K_SPLIT", "1")
+    monkeypatch.delenv("LAYERLAB_CUDA_K_SPLIT", raising=False)
     got = {s: KT.tiling(*s) for s in shapes}
+    monkeypatch.setenv("LAYERLAB_CUDA_K_SPLIT", "1")
+    assert {s: KT.tiling(*s) for s in shapes} == got
     assert got[(64, 1024, 784)] == (1, 4) and got[(256, 1024, 1024)] == (4, 4) and got[(1000, 1024, 784)] == (4, 1)
     assert got[(33, 50, 37)] is None  # (no tiles at all)
     for (m, n, k), t in got.items():
