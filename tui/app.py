@@ -721,9 +721,15 @@ class LayerlabApp(GuardedApp):
         self.call_after_refresh(self._keep_focus)
 
     def _keep_focus(self) -> None:
-        """A control that had the focus was disabled (Pause, when the run ended): focus the view's main widget."""
+        """A control that had the focus was disabled (Start when a run starts, Pause or Stop when it ends): in
+        the Train view focus its charts, where Enter does nothing (on Start or Pause a stray Enter started
+        another run or paused this one); elsewhere the view's main widget."""
         if self.focused is None and self.screen is self.screen_stack[0]:
-            self._focus_home(self.query_one(TabbedContent).active)
+            tab = self.query_one(TabbedContent).active
+            if tab == "train":
+                self.set_focus(self.query_one("#train-body"))
+            else:
+                self._focus_home(tab)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         actions = {"start": self.action_start, "pause": self.action_pause, "step": self.action_step,

@@ -78,6 +78,8 @@ RUNS_KEYS = [
         "(asks first)", show=False, where="Runs"),
     Key("e", None, "app.export", "Export", "export the marked runs (or all) as CSV or JSON (asks where)",
         show=False, where="Runs"),
+    Key("w", None, "toggle_columns", "Columns", "every column whole, scrolled sideways with ← and → (w again fits the "
+        "table to the width: a narrow terminal hides the least useful columns)", show=False, where="Runs"),
     # (a row table: DataTable's own home and end scroll sideways, which moved nothing here)
     Key("home", None, "scroll_top", "Newest", "select the newest run (the first row)", show=False, where="Runs"),
     Key("end", None, "scroll_bottom", "Oldest", "select the last run listed (the next runs load from there)",

@@ -884,3 +884,84 @@ async def test_quitting_with_unsaved_changes_asks_first(fixed_env):
     async with app.run_test(size=(80, 24)) as pilot:
         await type_keys(pilot, ["q"])
         await wait_for(pilot, lambda: not app.is_running)
+
+
+async def test_a_stray_enter_around_a_run_neither_pauses_it_nor_starts_another(fixed_env):
+    """Enter on Start begins a run; Start is then disabled, and the focus went to Pause, where a second Enter paused
+    the run; when the run stopped, Stop was disabled and the focus went to Start, where an Enter began another run.
+    The focus now goes to the charts, where Enter does nothing; the keys still act (x stops, s starts)."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.query_one("#epochs", Input).value = "500"  # long enough to outlast the test
+        await wait_for(pilot, lambda: app.settings_ok)
+        await pilot.press("3")
+        await pilot.pause()
+        assert app.focused.id == "start"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.handle is not None and app.focused is not None)
+        assert app.focused.id == "train-body"
+        await type_keys(pilot, ["enter", "space"])
+        assert not app.paused and app.handle is not None
+        await pilot.press("x")
+        await wait_for(pilot, lambda: app.handle is None)
+        await pilot.pause()
+        assert app.focused.id == "train-body"
+        await type_keys(pilot, ["enter", "space"])
+        await pilot.pause(0.2)
+        assert app.handle is None and len(app.runs) == 1
+        await pilot.press("s")  # the key starts the next run from there
+        await wait_for(pilot, lambda: app.handle is not None)
+        assert len(app.runs) == 2
+        await pilot.press("x")
+        await wait_for(pilot, lambda: app.handle is None)
+
+
+async def test_w_shows_every_run_column_at_80_columns(fixed_env):
+    """At 80 columns the Runs table hides its least useful columns (batch, epochs, ...) and names them for one
+    run at a time on the line under it; there was no way to see them for every run. w shows every column whole,
+    the table scrolled sideways with the arrows, and w again fits it to the width."""
+    from tui.panes.runs import RunsTable
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        cfg = load_config("quadrant").to_dict()
+        for batch in (16, 48):
+            record(app.store, scripted_run(), {**cfg, "train": {**cfg["train"], "batch_size": batch,
+                                                                "arch": "cpu-serial"}})
+        app._show_runs()
+        await pilot.press("4")
+        await pilot.pause()
+        table = app.query_one(RunsTable)
+        assert "batch" in table.hidden and "w: columns" in str(app.query_one("#runs-hint").render())
+        assert app.query_one("#runs-detail").display
+        await type_keys(pilot, ["w"])
+        await pilot.pause()
+        assert not table.hidden and not table.cut
+        assert not app.query_one("#runs-detail").display  # (nothing hidden to name)
+        assert table.virtual_size.width > table.size.width
+        await type_keys(pilot, ["right"] * 30)
+        await pilot.pause()
+        assert table.scroll_x > 0
+        batch = [str(table.get_cell(key, "batch")) for key in table.rows]
+        assert sorted(batch) == ["16", "48"]
+        await type_keys(pilot, ["w"])
+        await pilot.pause()
+        assert "batch" in table.hidden and table.scroll_x == 0
+
+
+async def test_choosing_none_in_the_preset_list_keeps_the_network_named(fixed_env):
+    """"(none)", the preset list's first entry, stands for a network that is no preset; chosen by hand it did
+    nothing but leave the list saying "(none)" over the quadrant network. The list names the network again and
+    a notice says what to pick; the network is untouched."""
+    app = LayerlabApp("quadrant")
+    app.NOTIFICATION_TIMEOUT = 600
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        layers = len(app.draft.layers)
+        preset = app.query_one("#preset", Select)
+        assert preset.value == "quadrant"
+        preset.focus()
+        await pilot.pause()
+        await type_keys(pilot, ["enter", "home", "enter"])
+        await pilot.pause()
+        assert preset.value == "quadrant" and len(app.draft.layers) == layers and not app.draft.edited()
+        assert "(none) is no network" in said(app)

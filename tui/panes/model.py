@@ -114,6 +114,7 @@ class ModelPane(Guarded, Vertical):
         self.editing: dict | None = STALE  # the layer the editor's fields belong to (None: the no-layers hint)
         self.fields: list = []  # the editor's type select and parameter fields
         self.had_layers: bool | None = None  # whether the footer was last drawn with layers to act on
+        self.preset: str | None = None  # the preset the shown network came from (``load_draft``)
 
     def compose(self) -> ComposeResult:
         presets = [(name, name) for name in preset_configs()] + [(EMPTY, EMPTY)]
@@ -138,6 +139,7 @@ class ModelPane(Guarded, Vertical):
     def load_draft(self, draft: Draft, preset: str | None = None) -> None:
         """Show ``draft``; ``preset``: the preset it came from (None: blank the preset)."""
         self.draft, self.pending, self.editing = draft, {}, STALE
+        self.preset = preset  # (what "(none)" chosen by hand puts back)
         self.query_one("#preset", Select).value = preset if preset is not None else Select.NULL
         shape = self.query_one("#input-shape", Input)
         shape.value = ",".join(map(str, draft.input)) if draft.input is not None else ""
@@ -344,7 +346,11 @@ class ModelPane(Guarded, Vertical):
 
     @on(Select.Changed, "#preset")
     def _preset_changed(self, event: Select.Changed) -> None:
-        if event.value is not Select.NULL and event.value != self.draft.name:
+        if event.value is Select.NULL:
+            if self.preset is not None:  # "(none)" chosen: no network to open; the list names the shown one again
+                event.select.value = self.preset
+                self.notify("(none) is no network: pick a preset, or empty for a network with no layers", timeout=4)
+        elif event.value != self.draft.name:
             self.post_message(self.PresetChosen(str(event.value)))
 
     def ask_layer_type(self) -> None:

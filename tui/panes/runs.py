@@ -3,7 +3,8 @@ the command line), loaded a page at a time as the cursor goes down. The selected
 runs marked with space are overlaid instead. Rerun, delete and export act on the marked runs or the selected one.
 
 The table fits the terminal's width: a narrow one hides the least useful columns and cuts long network names,
-and a line under the table gives the selected run's hidden values in full.
+and a line under the table gives the selected run's hidden values in full; w shows every column whole instead,
+the table scrolled sideways.
 """
 from __future__ import annotations
 
@@ -134,6 +135,7 @@ class RunsTable(DataTable):
 
     hidden: set[str] = set()
     cut: dict[str, int] = {}
+    every = False  # every column at its width, the table scrolled sideways (w), instead of fitted to the width
 
     def add_column(self, label, *, width=None, key=None, default=None):
         """DataTable.add_column, the column made one that can be hidden."""
@@ -153,7 +155,7 @@ class RunsTable(DataTable):
             return
         natural = {c.key.value: max([cell_len(c.label.plain), *(cell_len(str(v)) for v in self.get_column(c.key))])
                    for c in self.ordered_columns}
-        hidden, cut = fit_columns(natural, budget, self.cell_padding)
+        hidden, cut = (set(), {}) if self.every else fit_columns(natural, budget, self.cell_padding)
         changed = hidden != self.hidden or cut != self.cut
         for column in self.ordered_columns:
             key = column.key.value
@@ -169,6 +171,15 @@ class RunsTable(DataTable):
             self.check_idle()
             self.refresh()
             self.post_message(self.Fitted())
+
+    def action_toggle_columns(self) -> None:
+        if not self.every and not self.hidden and not self.cut:
+            self.notify("every column is shown whole already", timeout=4)
+            return
+        self.every = not self.every
+        if not self.every:
+            self.scroll_to(x=0, animate=False)
+        self.fit()
 
 
 class RunsPane(Guarded, Vertical):
@@ -242,8 +253,11 @@ class RunsPane(Guarded, Vertical):
         else:
             more = " (more load as you go down)" if len(self.rows) < self.total else ""
             marked = f" · {len(self.marked)} marked" if self.marked else ""
+            table = self.query_one(RunsTable)
+            # (short: at 80 columns the line fits with them)
+            columns = " · w: columns" if table.hidden or table.cut else " · w: fit · ←/→" if table.every else ""
             text = (f"runs 1–{len(self.rows)} of {self.total:,}{more}{marked} · space: mark · r: rerun · "
-                    f"d: delete · e: export")
+                    f"d: delete · e: export{columns}")
         if self.note:
             text = f"{self.note}\n{text}"
         self.query_one("#runs-hint", Static).update(text)
@@ -258,6 +272,7 @@ class RunsPane(Guarded, Vertical):
         line.update(text)
 
     def on_runs_table_fitted(self, event: RunsTable.Fitted) -> None:
+        self._hint()
         self._detail()
 
     def on_resize(self, event: events.Resize) -> None:

@@ -18,6 +18,13 @@ from tui.widgets.charts import Chart
 from tui.widgets.timing import RankBars, TimingBars
 
 
+class TrainBody(Horizontal):
+    """The charts and timings, focusable: where the focus goes when a run starts or ends and the button that had
+    it is disabled, so that a stray Enter neither starts another run nor pauses this one."""
+
+    can_focus = True
+
+
 def fmt_duration(seconds: float) -> str:
     s = max(0, int(round(seconds)))
     if s < 60:
@@ -51,7 +58,7 @@ class TrainPane(Guarded, Vertical):
         yield ProgressBar(id="progress", show_eta=False, show_percentage=True, total=1)
         yield Static("", id="progress-label", markup=False)
         yield Static("test acc —", id="accuracy", markup=False)
-        with Horizontal(id="train-body"):
+        with TrainBody(id="train-body"):
             with Vertical(id="curves"):
                 with Horizontal(id="train-charts"):
                     yield Chart(draw_loss, "loss: the curves start with the first step", id="train-loss")
