@@ -964,4 +964,4 @@ async def test_choosing_none_in_the_preset_list_keeps_the_network_named(fixed_en
         await type_keys(pilot, ["enter", "home", "enter"])
         await pilot.pause()
         assert preset.value == "quadrant" and len(app.draft.layers) == layers and not app.draft.edited()
-        assert "(none) is no network" in said(app)
+        assert "(none) opens nothing" in said(app)

@@ -349,7 +349,7 @@ class ModelPane(Guarded, Vertical):
         if event.value is Select.NULL:
             if self.preset is not None:  # "(none)" chosen: no network to open; the list names the shown one again
                 event.select.value = self.preset
-                self.notify("(none) is no network: pick a preset, or empty for a network with no layers", timeout=4)
+                self.notify(f"(none) opens nothing: pick a preset, or {EMPTY} to start from no layers", timeout=4)
         elif event.value != self.draft.name:
             self.post_message(self.PresetChosen(str(event.value)))
 
