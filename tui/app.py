@@ -36,7 +36,7 @@ from tui.screens.help import HelpScreen
 from tui.screens.path import PathScreen
 from tui.screens.pick import ConfirmScreen
 from tui.widgets.keybar import KeyBar
-from tui.state import Draft, RunRecord
+from tui.state import Draft, RunRecord, editable
 
 DEFAULT_CONFIG = "quadrant"
 HOME = {"model": "#layers", "settings": "#dataset", "train": "#start", "runs": "#runs-table",
@@ -51,6 +51,18 @@ def _about_data(err) -> bool:
     """Whether a config's check failed on its data (the file, or the network's fit to it), not on itself."""
     return isinstance(err, DataError) or (getattr(err, "field", None) or "").startswith("data.") or \
         getattr(err, "about_data", False)
+
+
+def _opens_anyway(err, model: dict) -> bool:
+    """Whether a config that cannot train as it is (``err``, from check_run) opens in the editor all the same,
+    with the reason marked where it is fixed: its data is missing or does not fit yet (a preset naming a file
+    the user brings, an output width for another class count), or its network does not build (as one saved half
+    done from the editor) while every layer is one the editor can hold. Any other fault is refused as the CLI
+    would."""
+    if _about_data(err):
+        return _model_checks(model)
+    network = getattr(err, "layer", None) is not None or (getattr(err, "field", None) or "").startswith("model")
+    return network and editable(model)
 
 
 def _model_checks(model: dict) -> bool:
@@ -172,10 +184,7 @@ class LayerlabApp(GuardedApp):
         try:
             check_run(cfg)
         except LayerlabError as err:
-            # A config whose data is missing or does not fit yet (a preset naming a file the user brings, an
-            # output width for another class count) opens, with the reason marked where it is fixed; any other
-            # fault is refused as the CLI would.
-            if not _about_data(err) or not _model_checks(cfg.model):
+            if not _opens_anyway(err, cfg.model):
                 self.notify(f"not opened: {err}", severity="error", timeout=20, markup=False)
                 return False
             self.notify(f"opened; it cannot train yet: {err}", severity="warning", timeout=12, markup=False)
@@ -275,9 +284,13 @@ class LayerlabApp(GuardedApp):
     def action_open_config(self) -> None:
         def refused(path: Path) -> str | None:  # answered in the prompt, which stays open
             try:
-                check_run(load_config(path))
+                cfg = load_config(path)
             except LayerlabError as err:
                 return str(err)
+            try:
+                check_run(cfg)
+            except LayerlabError as err:
+                return None if _opens_anyway(err, cfg.model) else str(err)
             return None
 
         # A preset's name opens it, as `layerlab train NAME` does.

@@ -93,6 +93,39 @@ def parse_param(param: Param, text: str):
     raise ValueError(f"{param.name} {text!r} must be {shape}")
 
 
+def editable(model) -> bool:
+    """Whether the editor can hold this model spec as written: a list of layer tables of known types, each
+    parameter a value its field accepts, an input shape of 1 or 3 sizes (or none: the data's), a known loss.
+    Whether the layers build one after another and fit the data is what the editor then marks, as it does for
+    a network built key by key (and saved half done with ctrl+s)."""
+    if not isinstance(model, dict) or not isinstance(model.get("layers"), list):
+        return False
+    inp = model.get("input")
+    if inp is not None and not (isinstance(inp, int) and not isinstance(inp, bool) and inp > 0) and not (
+            isinstance(inp, list) and len(inp) in (1, 3)
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= INT32_MAX for v in inp)):
+        return False
+    try:
+        if model.get("loss") is not None:
+            canonical(model["loss"])
+        for raw in model["layers"]:
+            cls = LAYER_TYPES.get(raw["type"].lower()) if isinstance(raw, dict) and isinstance(raw.get("type"),
+                                                                                                 str) else None
+            if cls is None:
+                return False
+            params = {p.name: p for p in layer_params(cls.kind)}
+            for key, value in raw.items():
+                if key == "type":
+                    continue
+                ok = isinstance(value, (int, str)) and not isinstance(value, bool) or (
+                    isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value))
+                if key not in params or not ok or parse_param(params[key], format_value(value)) != value:
+                    return False
+    except (ConfigError, ValueError):
+        return False
+    return True
+
+
 def format_value(value) -> str:
     return "x".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 

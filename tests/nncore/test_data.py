@@ -63,6 +63,9 @@ def _corrupt(tmp_path, how):
     if how == "magic":
         img.write_bytes(b"\x12\x34" + img.read_bytes()[2:])
         return "train-images-idx3-ubyte: not an IDX file (bad magic number 1234"
+    if how == "empty":
+        img.write_bytes(b"")
+        return "train-images-idx3-ubyte: not an IDX file (it is empty)"
     if how == "truncated":
         img.write_bytes(img.read_bytes()[:-17])
         return "train-images-idx3-ubyte: truncated"
@@ -84,7 +87,7 @@ def _corrupt(tmp_path, how):
     raise AssertionError(how)
 
 
-@pytest.mark.parametrize("how", ["missing", "magic", "truncated", "counts", "labels", "dtype", "gzip"])
+@pytest.mark.parametrize("how", ["missing", "magic", "empty", "truncated", "counts", "labels", "dtype", "gzip"])
 def test_bad_idx_files_raise_data_error_naming_the_file(tmp_path, how):
     needle = _corrupt(tmp_path, how)
     with pytest.raises(DataError) as err:

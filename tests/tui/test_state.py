@@ -6,7 +6,7 @@ import pytest
 from nncore.config import load_config
 from nncore.data import DatasetInfo
 from nncore.report import plural
-from tui.state import Draft, RunRecord, layer_params, parse_param, parse_shape, store_rows
+from tui.state import Draft, RunRecord, editable, layer_params, parse_param, parse_shape, store_rows
 
 QUADRANT = DatasetInfo("quadrant", (2,), 2)
 IMAGES = DatasetInfo("fashion-subset", (1, 28, 28), 10)
@@ -201,3 +201,31 @@ def test_the_paused_runs_row_says_paused(pid, shown):
            "epochs_done": 0, "config": {"train": {"batch_size": 32}}}
     assert store_rows([run], paused_pid=pid)[0]["status"] == shown
     assert store_rows([{**run, "status": "finished"}], paused_pid=pid)[0]["status"] == "finished"
+
+
+LIN = {"type": "Linear", "out_features": 8}
+
+
+@pytest.mark.parametrize("model,ok", [
+    ({"input": [2], "loss": "bce", "layers": [LIN, {"type": "Conv2D", "out_channels": 4, "kernel_size": [3, 2]}]},
+     True),  # builds no network (a Conv2D on features), but every layer is one the editor holds
+    ({"layers": [{"type": "maxpool2d", "kernel_size": 2}, {"type": "ReLU"}]}, True),  # (types in any case)
+    ({"input": [1, 28, 28], "layers": []}, True),
+    ({"input": 3, "loss": "mse", "layers": [{**LIN, "init": "he"}]}, True),
+    ({"layers": [1, 2]}, False), ({"layers": "Linear"}, False), ({"input": [2]}, False),
+    ({"layers": [{"type": "Conv9D"}]}, False), ({"layers": [{"out_features": 3}]}, False),
+    ({"layers": [{**LIN, "out_features": 8.0}]}, False), ({"layers": [{**LIN, "out_features": True}]}, False),
+    ({"layers": [{**LIN, "out_features": -3}]}, False), ({"layers": [{**LIN, "out_features": 2 ** 31}]}, False),
+    ({"layers": [{**LIN, "bias": 1}]}, False), ({"layers": [{**LIN, "init": "zeros"}]}, False),
+    ({"layers": [{"type": "Conv2D", "out_channels": 4, "kernel_size": [3, 2, 1]}]}, False),
+    ({"layers": [LIN], "loss": "hinge"}, False), ({"layers": [LIN], "input": [2, 3]}, False),
+    ({"layers": [LIN], "input": [0]}, False), ({"layers": [LIN], "input": "2"}, False),
+])
+def test_editable_is_what_the_editor_can_hold(model, ok):
+    """``editable``: a config's network opens in the editor where each layer is one its fields could have made,
+    whatever the network's shapes; malformed layers, values no field accepts, an unknown loss or input do not.
+    What it accepts, Draft.from_model takes without error."""
+    assert editable(model) == ok
+    if ok:
+        draft = Draft.from_model(model, "x")
+        assert len(draft.layers) == len(model["layers"])

@@ -172,6 +172,22 @@ class RunsTable(DataTable):
             self.refresh()
             self.post_message(self.Fitted())
 
+    def action_cursor_right(self) -> None:
+        self._by_column(1)
+
+    def action_cursor_left(self) -> None:
+        self._by_column(-1)
+
+    def _by_column(self, step: int) -> None:
+        """← and → scroll the rows sideways a column at a time (a row table scrolled a cell per key)."""
+        edges, x = [0], 0
+        for column in self.ordered_columns:
+            x += column.get_render_width(self)
+            edges.append(x)
+        at = round(self.scroll_x)
+        to = next((e for e in edges if e > at), at) if step > 0 else next((e for e in reversed(edges) if e < at), 0)
+        self.scroll_to(x=to, animate=False)
+
     def action_toggle_columns(self) -> None:
         if not self.every and not self.hidden and not self.cut:
             self.notify("every column is shown whole already", timeout=4)
@@ -255,7 +271,7 @@ class RunsPane(Guarded, Vertical):
             marked = f" · {len(self.marked)} marked" if self.marked else ""
             table = self.query_one(RunsTable)
             # (short: at 80 columns the line fits with them)
-            columns = " · w: columns" if table.hidden or table.cut else " · w: fit · ←/→" if table.every else ""
+            columns = " · w: columns" if table.hidden or table.cut else " · w: fit" if table.every else ""
             text = (f"runs 1–{len(self.rows)} of {self.total:,}{more}{marked} · space: mark · r: rerun · "
                     f"d: delete · e: export{columns}")
         if self.note:

@@ -87,11 +87,16 @@ class TrainPane(Guarded, Vertical):
         """``short``: what to say instead of ``text`` where ``text`` would take more than two lines."""
         self.state_texts = (text, short)
         self._show_state()
-        self.query_one("#start", Button).disabled = running or not can_start
-        self.query_one("#pause", Button).disabled = not (running and pausable)
+        off = {"start": running or not can_start, "pause": not (running and pausable), "step": not (running and paused),
+               "stop": not running}
+        # A focused control about to be disabled hands the focus to the charts first: Textual would move it to
+        # a neighbour, Start among them, where a stray Enter began another run.
+        focused = self.screen.focused if self.is_attached else None
+        if isinstance(focused, Button) and off.get(focused.id) and not focused.disabled:
+            self.query_one(TrainBody).focus()
+        for name, disabled in off.items():
+            self.query_one(f"#{name}", Button).disabled = disabled
         self.query_one("#pause", Button).label = "Resume (p)" if paused else "Pause (p)"
-        self.query_one("#step", Button).disabled = not (running and paused)
-        self.query_one("#stop", Button).disabled = not running
 
     def _show_state(self) -> None:
         text, short = self.state_texts

@@ -121,7 +121,11 @@ class PathScreen(Guarded, ModalScreen[str | None]):
     def _resolve(self, text: str) -> Path:
         """The path typed: a relative one is taken in the directory the prompt started in (a bare name typed
         over the proposed path went to the app's working directory, unseen), or, to open a file that is not
-        there, in the working directory, as a shell would take it."""
+        there, in the working directory, as a shell would take it. A path typed after the proposed one from / or
+        ~/ (".../layerlab//dev/null", ".../layerlab/~/net.toml") is taken whole, as Emacs takes it."""
+        at = max(text.rfind("//"), text.rfind("/~/"))
+        if at >= 0:
+            text = text[at + 1:]
         typed = Path(text).expanduser()
         start = self._start()
         if typed.is_absolute() or start is None:
