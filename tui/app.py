@@ -277,6 +277,7 @@ class LayerlabApp(GuardedApp):
                 self.draft.name = before
             else:
                 self.draft.keep_origin()
+                self.query_one(ModelPane).show_preset(None)  # (it is the file's network now, not the preset)
             self._show_title()
 
         self._ask_path("Save the network and settings as", f"{self.draft.name}.toml", (".toml",), save)

@@ -988,7 +988,8 @@ async def test_a_network_saved_half_done_opens_again(fixed_env, tmp_path):
     """ctrl+s saves the network in the editor as it is, a Conv2D after a 2-D input included; ctrl+o then refused
     that file ("layer 1 (Conv2D): input shape ... is not (channels, height, width)"), so the work could not be
     picked up again. It opens, the reason said and marked, and cannot train until fixed; a file whose layers the
-    editor could not hold (an unknown type) is still refused in the prompt."""
+    editor could not hold (an unknown type) is still refused in the prompt. Saved, the network is the file's: the
+    preset list no longer names the preset it came from."""
     app = LayerlabApp("quadrant")
     app.NOTIFICATION_TIMEOUT = 600
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
@@ -1000,6 +1001,8 @@ async def test_a_network_saved_half_done_opens_again(fixed_env, tmp_path):
         app.screen.query_one("#path-input", Input).value = str(path)
         await pilot.press("enter")
         await wait_for(pilot, lambda: path.exists())
+        await pilot.pause()
+        assert app.draft.name == "half done" and app.query_one("#preset", Select).value == Select.NULL  # (a file's)
         with pytest.raises(LayerlabError, match="layer 1 .Conv2D."):
             check_run(load_config(path))  # (what `layerlab train` refuses)
         await pilot.press("1")

@@ -139,8 +139,7 @@ class ModelPane(Guarded, Vertical):
     def load_draft(self, draft: Draft, preset: str | None = None) -> None:
         """Show ``draft``; ``preset``: the preset it came from (None: blank the preset)."""
         self.draft, self.pending, self.editing = draft, {}, STALE
-        self.preset = preset  # (what "(none)" chosen by hand puts back)
-        self.query_one("#preset", Select).value = preset if preset is not None else Select.NULL
+        self.show_preset(preset)
         shape = self.query_one("#input-shape", Input)
         shape.value = ",".join(map(str, draft.input)) if draft.input is not None else ""
         shape.remove_class("error")
@@ -343,6 +342,11 @@ class ModelPane(Guarded, Vertical):
         if event.value != self.draft.loss:
             self.draft.loss = str(event.value)
             self.refresh_table()
+
+    def show_preset(self, preset: str | None) -> None:
+        """The preset list names the preset the network came from, or "(none)" (a file, a saved network)."""
+        self.preset = preset  # (what "(none)" chosen by hand puts back)
+        self.query_one("#preset", Select).value = preset if preset is not None else Select.NULL
 
     @on(Select.Changed, "#preset")
     def _preset_changed(self, event: Select.Changed) -> None:
