@@ -14,7 +14,7 @@ from tui.widgets.keybar import KeyBar
 HELP = f"""\
 # layerlab keys
 
-Close this help with **Escape**, **?** or **F12**.
+Close this help with **Escape**, **q**, **?** or **F12**.
 
 A plain key (a letter, a digit, `?`) acts where nothing is typed; in a text field it is typed. The keys in
 the second column act everywhere, text fields included, and the footer shows the one that works where you
