@@ -638,7 +638,9 @@ def _to_devnull(stream) -> None:
     """Point a standard stream whose reader is gone (a closed pipe) at /dev/null, so that nothing written later,
     nor Python's flush at exit, raises again."""
     try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
     except (OSError, ValueError):
         pass
 

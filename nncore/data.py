@@ -143,7 +143,8 @@ def _header(path: Path, raw: bytes) -> tuple[int, ...]:
     """The dimensions an IDX file's first bytes declare; DataError naming the file if they are not an IDX
     header of unsigned bytes with 1 (labels) or 3 (images) dimensions."""
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
-        raise DataError(f"{path}: not an IDX file (" + (f"bad magic number {raw[:4].hex()})" if raw else "it is empty)"))
+        why = f"bad magic number {raw[:4].hex()}" if raw else "it is empty"
+        raise DataError(f"{path}: not an IDX file ({why})")
     if raw[2] != 0x08:
         raise DataError(f"{path}: IDX element type 0x{raw[2]:02x} is not unsigned byte (0x08)")
     ndim = raw[3]

@@ -22,11 +22,11 @@ python3 scripts/first_linear.py --batch 64,256,1000 --json "$out/first-linear.js
 echo "first_linear: exit $? ($SECONDS s)"
 grep -v "Warning\|Save a field" "$out/first-linear.txt"
 # The app's tests need the app's test plugins, which the GPU image may lack; no CUDA test lives there.
-# With pytest-xdist installed the tests run in six processes on the one GPU (their time is mostly compiling):
-# 256 tests in 262 s on an H200 host of 16 cores, against about 500 s in one process.
+# With pytest-xdist installed the tests run in six processes on the one GPU: their time is mostly compiling,
+# which the host's cores share out (docs/LOG.md, 2026-11-29).
 par=()
 python3 -c "import xdist" 2>/dev/null && par=(-n 6 --dist loadfile)
 left=$(( ${GPU_CHECKS_LIMIT_S:-100000} - SECONDS ))
-timeout "$(( left > 1 ? left : 1 ))" python3 -m pytest -q -p no:cacheprovider -m gpu --ignore=tests/tui "${par[@]}" \
+timeout "$(( left > 1 ? left : 1 ))" python3 -m pytest -q -p no:cacheprovider -m gpu --ignore=tests/tui ${par[@]+"${par[@]}"} \
     > "$out/pytest-gpu.txt" 2>&1
 echo "pytest -m gpu: exit $? ($SECONDS s), $(tail -n 1 "$out/pytest-gpu.txt")"

@@ -227,8 +227,8 @@ class LayerlabApp(GuardedApp):
             if yes:
                 self.open_config(name)
             else:
-                shown = self.draft.name if self.draft.name in preset_configs() or self.draft.name == EMPTY else None
-                self.query_one("#preset", Select).value = shown if shown is not None else Select.NULL
+                pane = self.query_one(ModelPane)
+                pane.show_preset(pane.preset)
 
         self.open_dialog(ConfirmScreen(f"Discard the changes to {self.draft.name} and open {name}?"), answered)
 

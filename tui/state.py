@@ -98,28 +98,29 @@ def editable(model) -> bool:
     parameter a value its field accepts, an input shape of 1 or 3 sizes (or none: the data's), a known loss.
     Whether the layers build one after another and fit the data is what the editor then marks, as it does for
     a network built key by key (and saved half done with ctrl+s)."""
+    def whole(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
     if not isinstance(model, dict) or not isinstance(model.get("layers"), list):
         return False
     inp = model.get("input")
-    if inp is not None and not (isinstance(inp, int) and not isinstance(inp, bool) and inp > 0) and not (
-            isinstance(inp, list) and len(inp) in (1, 3)
-            and all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= INT32_MAX for v in inp)):
+    shape = [inp] if whole(inp) else inp
+    if inp is not None and not (isinstance(shape, list) and len(shape) in (1, 3)
+                                and all(whole(v) and 0 < v <= INT32_MAX for v in shape)):
         return False
     try:
         if model.get("loss") is not None:
             canonical(model["loss"])
         for raw in model["layers"]:
-            cls = LAYER_TYPES.get(raw["type"].lower()) if isinstance(raw, dict) and isinstance(raw.get("type"),
-                                                                                                 str) else None
+            kind = raw.get("type") if isinstance(raw, dict) else None
+            cls = LAYER_TYPES.get(kind.lower()) if isinstance(kind, str) else None
             if cls is None:
                 return False
             params = {p.name: p for p in layer_params(cls.kind)}
             for key, value in raw.items():
-                if key == "type":
-                    continue
-                ok = isinstance(value, (int, str)) and not isinstance(value, bool) or (
-                    isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value))
-                if key not in params or not ok or parse_param(params[key], format_value(value)) != value:
+                plain = isinstance(value, str) or whole(value) or (isinstance(value, list) and all(map(whole, value)))
+                if key != "type" and (key not in params or not plain
+                                      or parse_param(params[key], format_value(value)) != value):
                     return False
     except (ConfigError, ValueError):
         return False

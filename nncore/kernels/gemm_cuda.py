@@ -18,6 +18,7 @@ forward below for few outputs.
 ``linear_forward_gpu`` and ``linear_backward_gpu`` make that choice for Linear, with or without a fused
 activation.
 """
+import functools
 import os
 
 import taichi as ti
@@ -77,8 +78,13 @@ def tiling(m: int, n: int, k: int) -> tuple[int, int] | None:
     Where the product has fewer tiles than SPLIT_BLOCKS, K is cut into up to MAX_K_SPLIT ranges of at least
     MIN_K_RANGE, and the tallest tiles are taken of which the ranges make SPLIT_BLOCKS blocks: with one tile or
     less a multiprocessor, a block's warps alone cannot hide its loads' latency."""
+    return _tiling(m, n, k, k_split_enabled())
+
+
+@functools.lru_cache(maxsize=256)  # (asked at every recorded step, by each tiled Linear)
+def _tiling(m: int, n: int, k: int, cut: bool) -> tuple[int, int] | None:
     tm = rows_per_thread(m, n)
-    if tm is None or not k_split_enabled():
+    if tm is None or not cut:
         return None if tm is None else (tm, 1)
     for t in (4, 2, 1):
         tiles = -(-m // (16 * t)) * -(-n // BN)
@@ -545,8 +551,8 @@ def linear_forward_gpu(out, inp, params, w_off: int, b_off: int, kind: int = 0, 
     where ``tiling`` cuts K (``part_shape``); without it K is not cut."""
     n_in, n_out = inp.shape[1], out.shape[1]
     tm = rows_per_thread(out.shape[0], n_out)
-    t = tiling(out.shape[0], n_out, n_in)
-    if part is not None and t is not None and t[1] > 1:
+    t = tiling(out.shape[0], n_out, n_in) if part is not None else None
+    if t is not None and t[1] > 1:
         linear_forward_tiled(out, inp, params, w_off, b_off, kind, t[0], t[1], part)
         return
     if loss is not None:
@@ -571,8 +577,8 @@ def linear_backward_gpu(dinp, dparams, dout, inp, out, params, w_off: int, b_off
     n_in, n_out = inp.shape[1], dout.shape[1]
     if use_tiled(n_in, n_out):  # dW: OUT x IN tiles, whatever the batch
         tm = rows_per_thread(dinp.shape[0], n_in)
-        t = tiling(dinp.shape[0], n_in, n_out)
-        if need_dinp and part is not None and t is not None and t[1] > 1:  # (``part``: as the forward's)
+        t = tiling(dinp.shape[0], n_in, n_out) if need_dinp and part is not None else None
+        if t is not None and t[1] > 1:  # (``part``: as the forward's)
             linear_dinput_tiled(dinp, dout, out, params, w_off, kind, t[0], t[1], part)
         elif need_dinp and tm is not None:  # (before dW: with a ``tail``, that kernel changes W)
             linear_dinput_tiled(dinp, dout, out, params, w_off, kind, tm)
