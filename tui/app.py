@@ -830,8 +830,8 @@ class LayerlabApp(GuardedApp):
         self.notify(f"screenshot written to {path}", timeout=10, markup=False)
 
     async def action_quit(self) -> None:
-        # Changes to the network not saved: asked first (they were lost without a word). A second quit while the
-        # question is open (ctrl+q again) is a yes.
+        # Changes to the network not saved: asked first, so they are not lost without a word. A second quit while
+        # the question is open (ctrl+q again) is a yes.
         if self.draft.edited() and not self._quit_asked:
             self._quit_asked = True
 

@@ -463,7 +463,7 @@ def linear_forward_split_loss(out: F2, inp: F2, params: F1, w_off: ti.i32, b_off
     # ``linear_forward_split`` of the network's last Linear (out: the logits, (B, OUT), OUT <= MAX_SPLIT_OUT) and
     # the loss in the same loop: a block a sample, warp o forms output o as linear_forward_split does (the same
     # sums, the same bits), then the block's first thread forms the sample's loss share and gradient row with
-    # the loss's row function (nncore.kernels.loss.ROWS). One task where the two were two.
+    # the loss's row function (nncore.kernels.loss.ROWS). One task instead of two.
     n_b, n_in, n_out = inp.shape[0], inp.shape[1], out.shape[1]
     ti.loop_config(block_dim=LOSS_BLOCK)
     for t in range(n_b * LOSS_BLOCK):

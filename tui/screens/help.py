@@ -41,4 +41,4 @@ class HelpScreen(Guarded, ModalScreen):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
             yield Markdown(HELP)
-        yield KeyBar()  # the help's own keys (the view's, which do nothing here, were shown under it)
+        yield KeyBar()  # the help's own keys, not the view's, which do nothing here
