@@ -111,6 +111,8 @@ class LayerlabApp(GuardedApp):
         self.model_ok = self.settings_ok = False
         self.steps_total = self.epochs_total = 0
         self.started_at = self.paused_at = self.paused_s = 0.0
+        # Steps run while paused (single steps): left out of the rate the ETA is worked out from, as paused time is.
+        self.last_step = self.paused_step = self.paused_steps = 0
         self.archs = {s.name: s for s in available_archs()}
         self.clock = time.monotonic  # what the ETA's clock reads (tests replace it)
 
@@ -365,6 +367,7 @@ class LayerlabApp(GuardedApp):
         self.recorder = Recorder(self.store, name, cfg) if self.child_store is None else None
         self.paused, self.steps_total, self.epochs_total = False, 0, tr["epochs"]
         self.started_at, self.paused_s = self.clock(), 0.0
+        self.last_step = self.paused_step = self.paused_steps = 0
         self.query_one(TrainPane).reset(None, boundary=cfg["model"].get("input") == [2] and self.current.ranks == 1)
         if self.current.ranks > 1:
             self.query_one("#boundary").clear("no decision boundary: a run over ranks")
@@ -377,6 +380,15 @@ class LayerlabApp(GuardedApp):
         now = self.clock()
         return now - self.started_at - self.paused_s - (now - self.paused_at if self.paused else 0.0)
 
+    def _eta_s(self) -> float | None:
+        """Seconds left at the rate of the steps run unpaused; None while paused (the run waits for a key)."""
+        if self.paused:
+            return None
+        active_steps, active_s = self.last_step - self.paused_steps, self._active_s()
+        if active_steps <= 0 or active_s <= 0:
+            return None
+        return (self.steps_total - self.last_step) * active_s / active_steps
+
     def action_pause(self) -> None:
         if self.handle is None:
             return
@@ -385,10 +397,12 @@ class LayerlabApp(GuardedApp):
             return
         self.paused = not self.paused
         if self.paused:
-            self.paused_at = self.clock()
+            self.paused_at, self.paused_step = self.clock(), self.last_step
         else:
             self.paused_s += self.clock() - self.paused_at
+            self.paused_steps += self.last_step - self.paused_step
         self.handle.send("pause" if self.paused else "resume")
+        self.query_one(TrainPane).show_eta(self._eta_s())
         self._update_controls()
         self._show_runs()
 
@@ -432,6 +446,7 @@ class LayerlabApp(GuardedApp):
             self.steps_total = msg["steps_per_epoch"] * msg["config"]["train"]["epochs"]
             self.epochs_total = msg["config"]["train"]["epochs"]
             self.started_at, self.paused_s = self.clock(), 0.0
+            self.last_step = self.paused_step = self.paused_steps = 0
             if self.paused:
                 self.paused_at = self.started_at
             run.arch, run.threads = msg["arch"], msg["threads"]
@@ -443,7 +458,8 @@ class LayerlabApp(GuardedApp):
             self._show_runs()
             self._update_controls()
         elif kind == "step":
-            pane.on_step(msg, self.steps_total, self.epochs_total, self._active_s())
+            self.last_step = msg["step"]
+            pane.on_step(msg, self.steps_total, self.epochs_total, self._eta_s())
         elif kind == "epoch_end":
             pane.on_epoch(msg)
             run.add_epoch(msg)

@@ -762,6 +762,90 @@ async def test_every_per_part_bar_of_a_sweep_has_its_label(fixed_env, size):
         assert longest == ("optimizer", "cpu-serial")  # the longest bar is the largest time
 
 
+@pytest.mark.parametrize("size", [(140, 45), (80, 24)])
+async def test_every_per_part_bar_of_a_filters_sweep_has_its_label(fixed_env, size):
+    """A sweep over filter counts has a bar per part, arch and filter count (6 parts x 2 archs x 2 counts of the
+    cnn: 24): the chart is tall enough for each to have its own row and label (it was sized for parts x archs,
+    so bars were squeezed together, some under another part's label, some not drawn)."""
+    import re
+
+    from nncore import analysis
+    from tests.tui.conftest import screen_text
+
+    parts = ["layers 0-2 (Conv2D+ReLU+MaxPool2D)", "layer 3 (Flatten)", "layer 4 (Linear)", "data", "loss",
+             "optimizer"]
+    # Distinct times: part i of arch a at filter count f takes (i + 1) * (2 if serial else 1) * f / 4 ms.
+    def ms(i, arch, f):
+        return (i + 1) * (2.0 if arch == "cpu-serial" else 1.0) * f / 4
+    pts = analysis.derive([analysis.SweepPoint(a, t, 16, f, s, 1e3 * 16 / s, 1.0,
+                                               [{"name": n, "fwd_ms": ms(i, a, f), "bwd_ms": 0.0, "share": 0.1,
+                                                 "gflops": 0.0} for i, n in enumerate(parts)], 9)
+                           for f in (4, 8) for a, t, s in [("cpu-serial", 1, 1000.0), ("cpu-parallel", 2, 1700.0)]])
+    app = LayerlabApp("cnn")
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("5")
+        app.query_one("#analysis-pane").show([p.to_dict() for p in pts], None)
+        await pilot.pause()
+        app.query_one("#sweep-layers").scroll_visible(animate=False)
+        rows = {}
+        for _ in range(60):  # scrolled through, a few rows at a time at 80x24
+            await pilot.pause()
+            for line in screen_text(app).splitlines():
+                m = re.match(r"\s*(.*?) (cpu-serial|cpu-parallel) f(\d)┤(█*)", line)
+                if m:
+                    rows[(m.group(1), m.group(2), int(m.group(3)))] = len(m.group(4))
+            if len(rows) == 24:
+                break
+            app.query_one("#sweep-results").scroll_down(animate=False)
+        names = [n.replace("layer ", "") for n in parts]
+        assert set(rows) == {(n, a, f) for n in names for a in ("cpu-serial", "cpu-parallel") for f in (4, 8)}, rows
+        assert all(rows[k] > 0 for k in rows), rows  # a bar on each labelled row
+        # Bar lengths follow the times: the longest row is the largest time, and within a part and arch f8's bar
+        # is longer than f4's.
+        assert max(rows, key=rows.get) == ("optimizer", "cpu-serial", 8)
+        assert all(rows[(n, a, 8)] > rows[(n, a, 4)] for n in names for a in ("cpu-serial", "cpu-parallel")), rows
+
+
+async def test_the_eta_waits_while_paused_and_leaves_single_steps_out(fixed_env):
+    """A paused run has no ETA ("ETA —": it waits for a key), also after single steps (it said "ETA 0s": the
+    steps counted, the paused time not); once resumed, the ETA is worked out from the steps run unpaused."""
+    from textual.widgets import Static
+
+    from tui.state import RunRecord
+
+    events = [m for m in scripted_run(epochs=2, steps_per_epoch=50) if m["event"] in ("run_started", "step")]
+    clock = [100.0]
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        app.clock = lambda: clock[0]
+        app.current = RunRecord("quadrant", "cpu-serial", 1, 32, 0)
+        app.runs.append(app.current)
+        proc = type("P", (), {"pid": os.getpid()})()  # a training process that sends nothing of its own
+        app.handle = type("H", (), {"send": lambda self, what: None, "poll": lambda self: [], "died": False,
+                                    "proc": proc})()
+        line = lambda: str(app.query_one("#progress-label", Static).render())  # noqa: E731
+        app._run_message(events[0])  # run_started at t=100
+        app._run_message(events[1])  # step 1 at t=100: no time has passed, nothing to go by
+        await pilot.pause()
+        assert "ETA —" in line(), line()
+        clock[0] = 110.0
+        app._run_message(events[10])  # step 10 at t=110: 1 s a step, 90 steps left
+        await pilot.pause()
+        assert "ETA 1m 30s" in line(), line()
+        app.action_pause()
+        await pilot.pause()
+        assert "ETA —" in line(), line()  # shown at once, not at the next step event
+        clock[0] = 200.0
+        for i in (11, 12, 13):  # single steps while paused
+            app._run_message(events[i])
+        await pilot.pause()
+        assert "step 13/100" in line() and "ETA —" in line(), line()
+        app.action_pause()  # resumed at t=200: 10 s of running for 10 unpaused steps
+        await pilot.pause()
+        assert "ETA 1m 27s" in line(), line()  # 87 steps left at 1 s a step
+        app.handle = None
+
+
 async def test_a_sweeps_table_fits_80_columns(fixed_env):
     """At 80x24 a sweep of an MLP shows every column of its table whole, headers and figures (the table went past
     the right edge, cut at "ef"): the filters column is left out where the sweep set none."""

@@ -188,7 +188,8 @@ class AnalysisPane(Guarded, Vertical):
         self.query_one("#sweep-speedup", Chart).show(amdahl, now=True)
         layers = self.query_one("#sweep-layers", Chart)
         layers.show(points, now=True)
-        parts = max((len(p["layers"]) for p in points), default=0)
-        archs = len({p["arch"] for p in points})
-        layers.styles.height = max(12, parts * archs + 7) if layers.series else 1  # a bar per part and arch
+        # A row per bar (each part of each arch and filter count at the largest batch) and the frame around them:
+        # a shorter chart would squeeze several bars into a row, under one part's label.
+        bars = sum(len(names) for names, _ in layers.series.values())
+        layers.styles.height = max(12, bars + 7) if layers.series else 1
         self.query_one("#sweep-amdahl", Static).update(amdahl_text(amdahl))

@@ -39,6 +39,10 @@ def f4(value: float | None) -> str:
     return "—" if value is None or value != value else loss_text(value)
 
 
+def eta_text(left_s: float | None) -> str:
+    return f"ETA {'—' if left_s is None else fmt_duration(left_s)}"
+
+
 class TrainPane(Guarded, Vertical):
     """On a short terminal the body has room for the charts or the per-part table, not both: the charts show with
     a one-line summary of the parts, and ``t`` swaps them for the table (and back)."""
@@ -131,16 +135,20 @@ class TrainPane(Guarded, Vertical):
         """Known at run_started: the loss chart's x axis counts epochs."""
         self.curves.steps_per_epoch = max(1, n)
 
-    def on_step(self, msg: dict, steps_total: int, epochs: int, active_s: float) -> None:
-        """A step event; ``active_s``: the run's time so far, paused time excluded."""
+    def on_step(self, msg: dict, steps_total: int, epochs: int, left_s: float | None) -> None:
+        """A step event; ``left_s``: the time the run has left (None while paused or not yet known)."""
         self.curves.steps.append((msg["step"], msg["loss"] if msg["loss"] is not None else float("nan")))
         self.query_one("#train-loss", Chart).show([self.curves])
         self.query_one("#progress", ProgressBar).update(total=steps_total, progress=msg["step"])
-        left = (steps_total - msg["step"]) * active_s / max(msg["step"], 1)
         comm = f" · comm {100 * msg['comm_share']:.0f}%" if msg.get("comm_share") is not None else ""
         parts = [f"epoch {msg['epoch']}/{epochs}", f"step {msg['step']:,}/{steps_total:,}",
-                 f"{msg['samples_per_s']:,.0f} samples/s this epoch{comm}", f"ETA {fmt_duration(left)}"]
+                 f"{msg['samples_per_s']:,.0f} samples/s this epoch{comm}", eta_text(left_s)]
         self._show_parts(parts)
+
+    def show_eta(self, left_s: float | None) -> None:
+        """The progress line's ETA anew (at a pause or a resume, before the next step event)."""
+        if any(p.startswith("ETA") for p in self.progress_parts):
+            self._show_parts([eta_text(left_s) if p.startswith("ETA") else p for p in self.progress_parts])
 
     def on_epoch(self, msg: dict) -> None:
         self.curves.epochs.append((msg["epoch"], msg["test_loss"], msg["test_acc"]))
