@@ -85,6 +85,11 @@ class AmdahlView:
     measured: dict  # arch -> measured speedup
     layer_shares: list  # (part name, share of the step)
     batch: int = 0  # the batch size of the cpu-serial point (and of the measured speedups)
+    filters: int | None = None  # its filter count, where the sweep set them
+
+    def at(self) -> str:
+        """Where the profile and the measured speedups were taken: "batch 256" or "batch 256, 8 filters"."""
+        return f"batch {self.batch}" + (f", {self.filters} filters" if self.filters else "")
 
 
 def amdahl_view(serial: SweepPoint, launch_ms: float, threads: int, measured: dict) -> AmdahlView:
@@ -103,7 +108,7 @@ def amdahl_view(serial: SweepPoint, launch_ms: float, threads: int, measured: di
     whole = max(parts_ms, serial.ms_per_step)
     shares = [(l["name"], (l["fwd_ms"] + l["bwd_ms"]) / whole) for l in serial.layers]
     return AmdahlView(p, kernel, host, amdahl_bound(p, threads), threads, amdahl_bound(p, math.inf), measured,
-                      shares, serial.batch)
+                      shares, serial.batch, serial.filters)
 
 
 def measure_launch_ms(repeats: int = 2000) -> float:

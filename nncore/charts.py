@@ -80,7 +80,7 @@ def _headroom(lo: float, hi: float, entries: int, rows: int | None) -> float:
     return hi + (hi - lo) * (entries + 0.5) / max(plot_rows - entries - 0.5, 1.0)
 
 
-def draw_loss(plt, runs: list[Curves], rows: int | None = None) -> dict:
+def draw_loss(plt, runs: list[Curves], rows: int | None = None, width: int | None = None) -> dict:
     """Train loss per step (smoothed, the raw line faint under it for a single run) and test loss per epoch;
     one colour per run when several are overlaid."""
     series: dict = {}
@@ -136,7 +136,7 @@ def _epoch_ticks(plt, series: dict) -> None:
     plt.xticks(ticks, [str(t) for t in ticks])
 
 
-def draw_accuracy(plt, runs: list[Curves], rows: int | None = None) -> dict:
+def draw_accuracy(plt, runs: list[Curves], rows: int | None = None, width: int | None = None) -> dict:
     """Test accuracy per epoch, one colour per run (one run: no legend, the title says it)."""
     series: dict = {}
     single = len(runs) == 1
@@ -225,7 +225,7 @@ def _point_labels(points: list[dict]) -> list[str]:
             + (f" f{p['filters']}" if p.get("filters") else "") for p in points]
 
 
-def draw_throughput(plt, points: list[dict], rows: int | None = None) -> dict:
+def draw_throughput(plt, points: list[dict], rows: int | None = None, width: int | None = None) -> dict:
     """Samples/s against batch size, one line per arch (and filter count), both axes logarithmic."""
     series: dict = {}
     groups: dict[str, list[dict]] = {}
@@ -259,7 +259,7 @@ def draw_throughput(plt, points: list[dict], rows: int | None = None) -> dict:
     return series
 
 
-def draw_speedup(plt, amdahl: dict | None, rows: int | None = None) -> dict:
+def draw_speedup(plt, amdahl: dict | None, rows: int | None = None, width: int | None = None) -> dict:
     """Each backend's measured speedup over cpu-serial beside its Amdahl bound (threads for the CPU, infinitely
     fast kernels for a GPU), from the sweep's Amdahl view (:func:`nncore.analysis.amdahl_view`)."""
     series: dict = {}
@@ -274,12 +274,16 @@ def draw_speedup(plt, amdahl: dict | None, rows: int | None = None) -> dict:
     plt.multiple_bar(labels, [got, bound], labels=["measured", "Amdahl bound"], color=["green+", "gray"])
     plt.ylim(0, _headroom(0.0, max(got + bound), 2, rows))
     series["measured"], series["Amdahl bound"] = (labels, got), (labels, bound)
-    plt.title(f"speedup over cpu-serial, batch {amdahl['batch']}" if amdahl.get("batch") else
-              "speedup over cpu-serial")
+    at = (f", batch {amdahl['batch']}" if amdahl.get("batch") else "") + (
+        f", f{amdahl['filters']}" if amdahl.get("filters") else "")
+    title = "speedup over cpu-serial" + at
+    if width is not None and len(title) > width - 4:  # plotext leaves out a title wider than the chart
+        title = "speedup" + at
+    plt.title(title)
     return series
 
 
-def draw_parts(plt, points: list[dict], rows: int | None = None) -> dict:
+def draw_parts(plt, points: list[dict], rows: int | None = None, width: int | None = None) -> dict:
     """ms per step of each part (forward + backward, synced steps) at the largest batch swept: one labelled bar
     per part and arch ("0 (Linear) cpu-serial"), coloured by arch, the step's first part on top."""
     series: dict = {}
@@ -340,6 +344,6 @@ def render(draw, *args, width: int = 72, height: int = 14, color: bool = True) -
     plotext.clf()
     plotext.plotsize(width, height)
     plotext.theme("clear")
-    draw(plotext if color else _Plain(plotext), *args, rows=height)
+    draw(plotext if color else _Plain(plotext), *args, rows=height, width=width)
     text = plotext.build()
     return text if color else plotext.uncolorize(text)

@@ -154,7 +154,7 @@ def report(points, amdahl: analysis.AmdahlView | None, out=sys.stdout) -> None:
         print(analysis.KF_ABOVE_1, file=out)
     if amdahl is not None:
         a = amdahl
-        print(f"\nAmdahl (cpu-serial profile of the first point): kernels {a.kernel_ms:.2f} ms, host and launches "
+        print(f"\nAmdahl (cpu-serial profile at {a.at()}): kernels {a.kernel_ms:.2f} ms, host and launches "
               f"{a.host_ms:.2f} ms per step, so p = {a.p:.3f}", file=out)
         print(f"  bound for {a.threads} threads: {a.bound_threads:.2f}x; for a GPU (s -> inf): {a.bound_gpu:.1f}x",
               file=out)

@@ -100,6 +100,17 @@ def test_speedup_beside_the_amdahl_bound_and_parts_per_arch():
     assert charts.draw_parts(Fig(), pts) == {"cpu-serial": (["0 (Linear)", "loss"], [3.0, 0.5])}
 
 
+@pytest.mark.parametrize("width,title", [(80, "speedup over cpu-serial, batch 256, f8"),
+                                         (34, "speedup, batch 256, f8")])
+def test_the_speedup_chart_keeps_a_title_that_fits_and_names_the_batch_and_filters(width, title):
+    """plotext leaves out a title wider than the chart: at 80 columns the speedup chart (half the width) had none,
+    so nothing said what it showed or for which batch and filter count."""
+    view = {"measured": {"cpu-parallel": 1.7}, "threads": 2, "bound_threads": 1.8, "bound_gpu": 9.0,
+            "batch": 256, "filters": 8}
+    text = charts.render(charts.draw_speedup, view, width=width, height=14, color=False)
+    assert text.splitlines()[0].strip() == title, text
+
+
 def test_render_draws_axes_and_legend_as_plain_text():
     run = charts.Curves("a", 10, [(s, 1.0 / s) for s in range(1, 31)], [(1, 0.4, 0.7), (2, 0.3, 0.8), (3, 0.2, 0.9)])
     text = charts.render(charts.draw_loss, [run], width=60, height=14, color=False)

@@ -47,7 +47,8 @@ def amdahl_text(a: dict | None) -> str:
             f"threads, and {a['bound_gpu']:.1f}x with infinitely fast kernels (a GPU).")
     measured = {k: v for k, v in a["measured"].items() if v is not None}
     if measured:
-        at = f" at batch {a['batch']}" if a.get("batch") else ""
+        at = (f" at batch {a['batch']}" if a.get("batch") else "") + (
+            f" with {a['filters']} filters" if a.get("filters") else "")
         text += f" Measured{at}: " + ", ".join(f"{k} {v:.2f}x" for k, v in measured.items()) + "."
     over = [k for k, v in measured.items() if v > (a["bound_gpu"] if k == "cuda" else a["bound_threads"]) * 1.001]
     if over:

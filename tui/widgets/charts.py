@@ -54,15 +54,15 @@ class Chart(PlotextPlot):
             self._dirty = False
             self.refresh()
 
-    def _draw_into(self, plt, rows: int | None = None) -> dict:
-        return self.draw(plt, *self.args, rows=rows) if self.args is not None else {}
+    def _draw_into(self, plt, rows: int | None = None, width: int | None = None) -> dict:
+        return self.draw(plt, *self.args, rows=rows, width=width) if self.args is not None else {}
 
     def render(self):
         if not self.series:
             return Text(self.empty, style="dim")
         plt = self.plt
         plt.clear_figure()
-        self._draw_into(plt, self.size.height)
+        self._draw_into(plt, self.size.height, self.size.width)
         if self.size.height < COMPACT_BELOW:  # the plot keeps the rows: the legend says what is drawn
             plt.title("")
             plt.xlabel("")
