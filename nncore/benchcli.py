@@ -7,7 +7,7 @@ import sys
 from . import bench, runtime
 from .cli import record_points, signal_said, stop_signals_interrupt
 from .errors import ConfigError, LayerlabError
-from .fileio import check_output, write_or_rescue
+from .fileio import check_outputs, input_files, write_or_rescue
 from .limits import ascii_int
 from .peer import PeerError
 
@@ -50,7 +50,10 @@ def _check(args) -> tuple[list[str], list[int]]:
         raise ConfigError(f"--round-warmup {args.round_warmup} must be >= 0")
     bench.check_step_counts(args, ("steps", "warmup", "round_warmup"))
     if args.json not in (None, "-"):
-        check_output(args.json, "--json")  # before the benchmark, not found unwritable after it
+        from nncore.store import default_path
+
+        # Before the benchmark, not found unwritable after it; never over the run store.
+        check_outputs([("--json", args.json)], input_files("the run store", args.store or default_path()))
     return names, _ints(args.batch, "batch")
 
 

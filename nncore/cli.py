@@ -305,6 +305,20 @@ def _recorder(args, cfg):
                     warn=lambda msg: _stderr(f"layerlab: warning: {msg}"))
 
 
+def _train_inputs(cfg, args) -> list:
+    """What a training run reads, which none of its outputs may overwrite."""
+    from nncore.fileio import input_files
+    from nncore.store import default_path
+
+    found = []
+    if Path(cfg.source).is_file():
+        found += input_files("the config", cfg.source)
+    found += input_files("the data", cfg.data.get("path")) + input_files("the test data", cfg.data.get("test_path"))
+    found += input_files("--resume", args.resume) + input_files("--init-weights", args.init_weights)
+    found += input_files("the run store", args.store or default_path())  # (history, also under --no-store)
+    return found
+
+
 def open_store(args, quiet: bool = False):
     """The run store the command records into, or None (--no-store, or a store that cannot be used: said once
     on stderr, and the command goes on without history)."""
@@ -524,6 +538,11 @@ def _train(args) -> int:
                                   f"of {want} ranks: it belongs to another MPI than mpi4py's; {INSTALL_HINT}, or "
                                   "name the right one in LAYERLAB_MPIEXEC")
         cfg = _config(args)
+        # Every output checked before the data is read and training starts, not found unwritable after it.
+        check_outputs([("--save-weights", args.save_weights), ("--checkpoint", args.checkpoint),
+                       ("--jsonl", None if args.jsonl in (None, "-") else args.jsonl)],
+                      _train_inputs(cfg, args), replaces=(("--checkpoint", "--resume"),
+                                                          ("--save-weights", "--init-weights")))
         if root and not args.quiet and args.jsonl != "-":
             _data_progress()
         info = check_run(cfg)  # the dataset and the network's fit to it, before a backend starts (the app alike)
@@ -531,9 +550,6 @@ def _train(args) -> int:
             print(f"layerlab: {note}", file=sys.stderr)
         if root and not args.quiet:
             _note_threads(cfg.train.get("threads"), cfg.train.get("arch"))
-        # Every output checked before training, not found unwritable after it.
-        check_outputs([("--save-weights", args.save_weights), ("--checkpoint", args.checkpoint),
-                       ("--jsonl", None if args.jsonl in (None, "-") else args.jsonl)])
         trainer = Trainer(cfg, init_weights=args.init_weights, save_weights=args.save_weights,
                           checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every, resume=args.resume,
                           cluster=cluster)

@@ -139,8 +139,35 @@ def check_output(path, flag: str) -> Path:
     return p
 
 
-def check_outputs(outputs: list[tuple[str, object]]) -> None:
-    """Every (flag, path) given (None: not asked for) checked, and no two the same file."""
+def _same_file(a: Path, b: Path) -> bool:
+    if a == b:
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)  # (hard links)
+    except OSError:
+        return False
+
+
+def input_files(what: str, path) -> list[tuple[str, Path]]:
+    """(what, file) for an input the command reads: the file itself, or for a directory (an IDX data set) the
+    files in it, which an output written there must not replace."""
+    if path is None or not str(path).strip():
+        return []
+    p = Path(os.path.realpath(os.path.expanduser(str(path))))
+    try:
+        if p.is_dir():
+            return [(what, f) for f in p.iterdir() if f.is_file()]
+    except OSError:
+        return []
+    return [(what, p)]
+
+
+def check_outputs(outputs: list[tuple[str, object]], inputs: list[tuple[str, Path]] = (),
+                  replaces: tuple[tuple[str, str], ...] = ()) -> None:
+    """Every (flag, path) given (None: not asked for) checked, no two the same file, and none the same file as
+    one of the command's ``inputs`` (from :func:`input_files`): writing it would destroy what the run reads
+    (a config, data, the run store). ``replaces``: (output flag, input) pairs that may be one file, an input
+    read whole before the output is first written (--checkpoint over the checkpoint resumed from)."""
     seen: dict[Path, str] = {}
     for flag, path in outputs:
         if path is None:
@@ -148,6 +175,10 @@ def check_outputs(outputs: list[tuple[str, object]]) -> None:
         p = check_output(path, flag)
         if p in seen:
             raise ConfigError(f"{flag} {path}: the same file as {seen[p]}; give each output its own file")
+        for what, q in inputs:
+            if (flag, what) not in replaces and _same_file(p, q):
+                raise ConfigError(f"{flag} {path}: the same file as {what} ({q}), which writing it would destroy; "
+                                  "give the output another file")
         seen[p] = flag
 
 

@@ -10,7 +10,7 @@ import time
 from datetime import datetime
 
 from .errors import ConfigError, LayerlabError
-from .fileio import check_output, write_or_rescue
+from .fileio import check_outputs, input_files, write_or_rescue
 from .report import cut_name, loss_text, short_arch
 from .store import Store, StoreError, mean_rate
 
@@ -177,7 +177,8 @@ def _export(store: Store, args) -> int:
     if target == "-":
         sys.stdout.write(text)
         return 0
-    check_output(target, "--csv" if args.csv is not None else "--json")
+    check_outputs([("--csv" if args.csv is not None else "--json", target)],
+                  input_files("the run store", store.path))
     write_or_rescue(target, lambda fh: fh.write(text.encode()), "the export")
     print(f"wrote {len(runs)} run(s) to {target}", file=sys.stderr)
     return 0

@@ -8,7 +8,7 @@ from pathlib import Path
 from . import analysis, bench, runtime, sweep
 from .benchcli import _ints
 from .cli import record_points, signal_said, stop_signals_interrupt
-from .fileio import check_output
+from .fileio import check_outputs, input_files
 from .config import check_filters, load_config
 from .errors import ConfigError, LayerlabError
 from .network import check_spec
@@ -45,6 +45,8 @@ def run_sweep_cli(args) -> int:
             raise ConfigError(f"{cfg.source}: sweeps need model.input")
         check_spec(model)  # (a bad layer is named before the sweep starts, not under its progress bar)
         check_filters(model, filters)
+        if not str(args.out).strip():
+            raise ConfigError("--out '': give a directory")
         out = Path(args.out).expanduser()
         if not out.parent.is_dir():  # as --store: a typo makes no tree of directories
             raise ConfigError(f"--out {args.out}: no directory {out.parent} (make it first, or give another path)")
@@ -55,7 +57,11 @@ def run_sweep_cli(args) -> int:
             out.mkdir(exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"--out {args.out}: cannot make the directory ({exc.strerror or exc})") from None
-        check_output(out / "sweep.json", "--out")
+        from nncore.store import default_path
+
+        inputs = input_files("the config", cfg.source) if Path(cfg.source).is_file() else []
+        check_outputs([("--out", out / "sweep.csv"), ("--out", out / "sweep.json")],
+                      inputs + input_files("the run store", args.store or default_path()))
         with stop_signals_interrupt() as received:
             try:
                 points = sweep.run_sweep(model, archs, batches, filters, threads, args.steps, args.repeats,

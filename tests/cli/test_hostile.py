@@ -4,6 +4,7 @@ Each test here reproduces an attack that once crashed the process (SIGSEGV, SIGF
 hung, or printed a traceback.
 """
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -192,6 +193,65 @@ def test_two_outputs_on_one_file_are_refused(tmp_path):
     proc = layerlab("train", *RUN, "--checkpoint", tmp_path / "x.npz", "--save-weights", tmp_path / "x.npz")
     assert proc.returncode == 2
     one_line_error(proc, "the same file as --save-weights")
+
+
+def _inputs(tmp_path, checkpoint):
+    """Files a command reads: a config, a CSV table, a checkpoint, a run store (each with known bytes)."""
+    import shutil
+
+    from nncore.config import load_config
+    from nncore.store import Store
+
+    config = tmp_path / "net.toml"
+    config.write_text(Path(load_config("quadrant").source).read_text())
+    table = tmp_path / "t.csv"
+    rng = np.random.default_rng(3)
+    table.write_text("".join(f"{a:.3f},{b:.3f},{'xy'[int(a > b)]}\n" for a, b in rng.random((40, 2))))
+    resume = tmp_path / "ck.npz"
+    shutil.copy(checkpoint, resume)
+    store = tmp_path / "s.sqlite"
+    Store(store).close()
+    return {"config": config, "table": table, "ck": resume, "store": store}
+
+
+@pytest.mark.parametrize("case", ["jsonl-over-resume", "jsonl-over-config", "weights-over-data", "jsonl-over-store",
+                                  "export-over-store", "bench-over-store"])
+def test_an_output_over_an_input_is_refused_and_the_input_kept(tmp_path, checkpoint, case):
+    """An output on the same file as something the command reads was written over it: --jsonl opened (emptied) the
+    checkpoint to resume from before it was read, --save-weights replaced the CSV, `runs export --json` and
+    `bench --json` replaced the whole run store. Each is refused before any work, naming both, the input intact."""
+    f = _inputs(tmp_path, checkpoint)
+    store = ["--store", f["store"]]
+    argv, victim = {
+        "jsonl-over-resume": (["train", *RUN, "--no-store", "--resume", f["ck"], "--jsonl", f["ck"]], "ck"),
+        "jsonl-over-config": (["train", f["config"], "--arch", "cpu-serial", "--jsonl", f["config"], *store],
+                              "config"),
+        "weights-over-data": (["train", f["config"], "--data", f["table"], "--save-weights", f["table"], *store],
+                              "table"),
+        "jsonl-over-store": (["train", *RUN, *store, "--jsonl", f["store"]], "store"),
+        "export-over-store": (["runs", *store, "export", "--all", "--json", f["store"]], "store"),
+        "bench-over-store": (["bench", "--workloads", "net-1h", "--batch", "8", "--steps", "1", "--repeats", "1",
+                              "--no-torch", *store, "--json", f["store"]], "store"),
+    }[case]
+    before = f[victim].read_bytes()
+    proc = layerlab(*argv)
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, f"the same file as ")
+    assert str(f[victim]) in proc.stderr and "epoch" not in proc.stdout
+    assert f[victim].read_bytes() == before
+
+
+def test_a_checkpoint_may_be_written_over_the_one_resumed_from(tmp_path, checkpoint):
+    """Read whole before the first checkpoint is written: resuming and checkpointing to one file is how a long run
+    goes on, and stays allowed."""
+    import shutil
+
+    ck = tmp_path / "ck.npz"
+    shutil.copy(checkpoint, ck)
+    proc = layerlab("train", *RUN, "--no-store", "--resume", ck, "--checkpoint", ck, "--checkpoint-every", "1e",
+                    "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert ckpt.load(ck)["position"].step > 4  # written anew, further on
 
 
 def test_a_final_write_that_fails_saves_the_weights_beside_it(tmp_path, monkeypatch):
