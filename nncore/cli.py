@@ -721,6 +721,13 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "distributed", False):
             _abort_ranks(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
+    except OSError as exc:
+        if exc.filename is None:  # not a path given: an unforeseen failure, reported as such
+            raise
+        # A path the system refused where no check named it (a name too long, a loop of links): the path and the
+        # system's reason, as bad input.
+        print(f"layerlab: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_CONFIG
     _parser().print_help()
     return EXIT_CONFIG
 

@@ -123,13 +123,16 @@ def check_output(path, flag: str) -> Path:
     text = str(path)
     if not text.strip():
         raise ConfigError(f"{flag} '': give a file name")
-    p = Path(os.path.realpath(text))
-    if p.is_dir():
-        raise ConfigError(f"{flag} {text}: is a directory; give a file name in it")
-    if p.exists() and not stat.S_ISREG(p.stat().st_mode):
-        raise ConfigError(f"{flag} {text}: not a regular file")
-    if not p.parent.is_dir():
-        raise ConfigError(f"{flag} {text}: its directory does not exist")
+    try:
+        p = Path(os.path.realpath(text))
+        if p.is_dir():
+            raise ConfigError(f"{flag} {text}: is a directory; give a file name in it")
+        if p.exists() and not stat.S_ISREG(p.stat().st_mode):
+            raise ConfigError(f"{flag} {text}: not a regular file")
+        if not p.parent.is_dir():
+            raise ConfigError(f"{flag} {text}: its directory does not exist")
+    except OSError as exc:  # a name too long, a loop of links
+        raise ConfigError(f"{flag} {text}: {exc.strerror or exc}") from None
     try:
         fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
         os.close(fd)

@@ -254,6 +254,24 @@ def test_a_checkpoint_may_be_written_over_the_one_resumed_from(tmp_path, checkpo
     assert ckpt.load(ck)["position"].step > 4  # written anew, further on
 
 
+@pytest.mark.parametrize("case", ["config", "save-weights", "jsonl", "store", "runs-store", "sweep-out", "bench-json"])
+def test_a_path_too_long_is_one_line(tmp_path, case):
+    """A name over the system's 255 bytes (ENAMETOOLONG) was a traceback and exit 1 wherever a path is taken."""
+    long = str(tmp_path / ("d" * 300))
+    argv = {"config": ["train", long + ".toml"],
+            "save-weights": ["train", *RUN, "--no-store", "--save-weights", long + ".npz"],
+            "jsonl": ["train", *RUN, "--no-store", "--jsonl", long],
+            "store": ["train", *RUN, "--store", long + ".sqlite"],
+            "runs-store": ["runs", "--store", long + ".sqlite", "list"],
+            "sweep-out": ["sweep", "quadrant", "--archs", "cpu-serial", "--batch", "8", "--no-store", "--out", long],
+            "bench-json": ["bench", "--workloads", "net-1h", "--batch", "8", "--no-store", "--json", long + ".json"],
+            }[case]
+    proc = layerlab(*argv)
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, "File name too long")
+    assert "d" * 300 in proc.stderr and "epoch" not in proc.stdout
+
+
 def test_a_final_write_that_fails_saves_the_weights_beside_it(tmp_path, monkeypatch):
     """The directory became unwritable during the run: the weights go beside it, named in the error."""
     from nncore import fileio
