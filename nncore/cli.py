@@ -678,6 +678,11 @@ def _silence_stdout(stream) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # Started with stdout or stderr closed (`2>&-`), Python has None there: what would be said goes nowhere,
+    # rather than failing the run.
+    for name in ("stdout", "stderr"):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, "w", encoding="utf-8"))
     _ARGV[:] = argv
     _STARTED[0] = time.time()
     args = _parser().parse_args(argv)

@@ -272,6 +272,18 @@ def test_a_path_too_long_is_one_line(tmp_path, case):
     assert "d" * 300 in proc.stderr and "epoch" not in proc.stdout
 
 
+@pytest.mark.parametrize("closed", ["2>&-", ">&-"])
+def test_a_run_with_stdout_or_stderr_closed_keeps_its_weights(tmp_path, closed):
+    """Started with stderr closed (`2>&-`), the data progress line's isatty() on None ended the run with exit 1
+    and no weights."""
+    weights = tmp_path / "w.npz"
+    cmd = f"exec {closed}; exec {sys.executable} -m nncore.cli train {' '.join(RUN)} --no-store --save-weights {weights}"
+    proc = subprocess.run(["sh", "-c", cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with np.load(weights) as saved:
+        assert saved.files and all(np.isfinite(saved[k]).all() for k in saved.files)
+
+
 def test_a_final_write_that_fails_saves_the_weights_beside_it(tmp_path, monkeypatch):
     """The directory became unwritable during the run: the weights go beside it, named in the error."""
     from nncore import fileio
