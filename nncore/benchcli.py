@@ -9,6 +9,7 @@ from .cli import record_points, signal_said, stop_signals_interrupt
 from .errors import ConfigError, LayerlabError
 from .fileio import check_outputs, input_files, write_or_rescue
 from .limits import ascii_int
+from .network import check_batch
 from .peer import PeerError
 
 
@@ -54,7 +55,11 @@ def _check(args) -> tuple[list[str], list[int]]:
 
         # Before the benchmark, not found unwritable after it; never over the run store.
         check_outputs([("--json", args.json)], input_files("the run store", args.store or default_path()))
-    return names, _ints(args.batch, "batch")
+    batches = _ints(args.batch, "batch")
+    for name in names:  # a batch size the buffers cannot index is refused before any point is measured
+        for batch in batches:
+            check_batch(bench.workload_model(name), batch)
+    return names, batches
 
 
 def _line(r: bench.BenchResult, modes, width: int = 8) -> str:
@@ -98,7 +103,7 @@ def run_bench(args) -> int:
               + (f" ({', '.join(modes)})" if use_torch else ""))
         print(f"{'workload':<{width}} {'batch':>6} {'samples/s':>12} {'ms/step':>9} {'GFLOP/s':>8} {'compile s':>9} "
               + "".join(f"{m[:8] + ' s/s':>12} {'ratio':>7}" for m in (modes if use_torch else ("torch",))))
-    peer, stopped = None, None
+    peer, stopped, failed = None, None, None
     with stop_signals_interrupt() as received:
         try:
             if use_torch:
@@ -123,8 +128,10 @@ def run_bench(args) -> int:
             stopped = received[0]
             sys.stderr.write("\n")  # (not after the terminal's ^C)
         except LayerlabError as exc:
-            print(f"layerlab: error: {exc}", file=sys.stderr)
-            return exc.exit_code
+            if not results:
+                print(f"layerlab: error: {exc}", file=sys.stderr)
+                return exc.exit_code
+            failed = exc  # a later point refused (its memory, say): the points measured are written and recorded
         finally:
             if peer is not None:
                 peer.close(wait_s=1.0 if received else 10.0)  # (stopped: its round is not waited for)
@@ -147,7 +154,7 @@ def run_bench(args) -> int:
                   arch=args.arch, threads=results[0].threads if results else args.threads,
                   device=info.device if info is not None else None,
                   summary={"samples_per_s": results[0].samples_per_s} if len(results) == 1 else None,
-                  status="finished" if stopped is None else "stopped")
+                  status="finished" if stopped is None and failed is None else "stopped")
     if args.json:
         doc = json.dumps([r.to_dict() for r in results], indent=1)
         if args.json == "-":
@@ -158,6 +165,10 @@ def run_bench(args) -> int:
             except LayerlabError as exc:
                 print(f"layerlab: error: {exc}", file=sys.stderr)
                 return exc.exit_code
+    if failed is not None:
+        print(f"layerlab: error: {failed} (the benchmark stopped there, after {len(results)} of "
+              f"{len(names) * len(batches)} points; those are kept)", file=sys.stderr)
+        return failed.exit_code
     if stopped is not None:
         print(f"layerlab: {signal_said(stopped)}: the benchmark stopped after {len(results)} of "
               f"{len(names) * len(batches)} points (those are kept)", file=sys.stderr)

@@ -126,6 +126,14 @@ def check_spec(spec: dict) -> tuple[list[Layer], Loss | None]:
         raise ConfigError(str(exc), layer=None if exc.field else len(layers) - 1, field=exc.field) from None
 
 
+def check_batch(spec: dict, batch: int) -> None:
+    """A batch size the network's buffers can be indexed at (32-bit indices), checked from the spec alone, so
+    that a grid of runs refuses a bad one before it measures any."""
+    layers, _ = check_spec(spec)
+    widest = max(math.prod(s) for s in [tuple(spec["input"])] + [l.out_shape for l in layers])
+    check_index(batch * widest, f"batch size {batch} times the widest layer's {widest:,} values")
+
+
 def needs_input_grad(layers: list[Layer]) -> list[bool]:
     """Whether each layer must compute its input gradient: only if some layer before it has parameters."""
     out, seen = [], False

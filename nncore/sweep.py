@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 from . import analysis, bench
+from .errors import LayerlabError
 from .fileio import write_or_rescue
+from .network import check_batch
 
 
 COLUMNS = ["arch", "threads", "batch", "filters", "samples_per_s", "ms_per_step", "epoch_s", "gflops", "speedup",
@@ -77,9 +79,17 @@ class Stopped(list):
     """The points a sweep measured before it was stopped (``run_sweep``): a list of them, in the grid's order,
     with how many the whole sweep had (``of``)."""
 
-    def __init__(self, points, of: int):
+    def __init__(self, points, of: int, error: LayerlabError | None = None):
         super().__init__(points)
         self.of = of
+        self.error = error  # what refused the next point, where that (not a stop) ended the sweep
+
+
+def check_grid(model: dict, batches: list[int], filters: list) -> None:
+    """Every batch size at every filter count one the buffers can index: refused before any point is measured."""
+    for f in filters:
+        for b in batches:
+            check_batch(bench.with_filters(model, f), b)
 
 
 def run_sweep(model: dict, archs: list[str], batches: list[int], filters: list, threads: list, steps: int,
@@ -89,6 +99,7 @@ def run_sweep(model: dict, archs: list[str], batches: list[int], filters: list, 
     as ``Stopped`` (a point cut short is dropped; a Ctrl-C before any point is measured is raised as it came)."""
     grid = [(a, t, b, f) for a in archs for t in (threads if a == "cpu-parallel" else [None])
             for f in filters for b in batches]
+    check_grid(model, batches, filters)
     # Measured point by point with every arch of one (filters, batch) back to back, so that the speedups
     # compare the same minutes of a shared machine; reported in the grid's order.
     order = sorted(range(len(grid)), key=lambda k: (filters.index(grid[k][3]), batches.index(grid[k][2]), k))
@@ -116,9 +127,14 @@ def run_sweep(model: dict, archs: list[str], batches: list[int], filters: list, 
                 raise
             stopped = True
             break
+        except LayerlabError as exc:  # a point refused (its memory, say): the points measured are kept
+            if all(p is None for p in points):
+                raise
+            stopped = exc
+            break
     done = analysis.derive([p for p in points if p is not None])
     if stopped:
-        return Stopped(done, len(grid))
+        return Stopped(done, len(grid), stopped if isinstance(stopped, LayerlabError) else None)
     if progress:
         progress(len(grid), len(grid), "done")
     return done

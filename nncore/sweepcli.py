@@ -45,6 +45,7 @@ def run_sweep_cli(args) -> int:
             raise ConfigError(f"{cfg.source}: sweeps need model.input")
         check_spec(model)  # (a bad layer is named before the sweep starts, not under its progress bar)
         check_filters(model, filters)
+        sweep.check_grid(model, batches, filters)
         if not str(args.out).strip():
             raise ConfigError("--out '': give a directory")
         out = Path(args.out).expanduser()
@@ -90,7 +91,8 @@ def run_sweep_cli(args) -> int:
     extra = {"config": str(cfg.source), "args": {k: v for k, v in vars(args).items() if k != "command"},
              "amdahl": None if amdahl is None else amdahl.__dict__}
     if stopped:
-        extra["stopped"] = {"points": len(points), "of": points.of}
+        extra["stopped"] = {"points": len(points), "of": points.of,
+                            **({"error": str(points.error)} if points.error is not None else {})}
     rows = [p.to_dict() for p in points]
     record_points(args, "sweep", cfg.label, rows, {**extra, "model": cfg.model}, arch=",".join(archs),
                   threads=sweep.threads_used(rows), status="stopped" if stopped else "finished")
@@ -100,6 +102,10 @@ def run_sweep_cli(args) -> int:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
     print(f"\nwrote {out / 'sweep.csv'} and {out / 'sweep.json'}")
+    if stopped and points.error is not None:
+        print(f"layerlab: error: {points.error} (the sweep stopped there, after {len(points)} of {points.of} "
+              "points; those are kept)", file=sys.stderr)
+        return points.error.exit_code
     if stopped:
         signum = received[0] if received else signal.SIGINT
         print(f"layerlab: {signal_said(signum)}: the sweep stopped after {len(points)} of {points.of} points "

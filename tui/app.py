@@ -564,6 +564,9 @@ class LayerlabApp(GuardedApp):
                     pane.show(msg["points"], msg["amdahl"])
                 if stopped is None:
                     pane.progress(n, n, f"done: {plural(n, 'point')}", count=False)
+                elif n and stopped.get("error"):  # the next point was refused
+                    pane.progress(n, stopped["of"], f"✗ {stopped['error']} ({n} of "
+                                  f"{plural(stopped['of'], 'point')} measured before it, kept)", count=False)
                 elif n:
                     pane.progress(n, stopped["of"], f"stopped: {n} of {plural(stopped['of'], 'point')} measured "
                                   "(kept)", count=False)

@@ -300,7 +300,8 @@ def sweep_main(job: dict, conn: Connection, store: str | None = None) -> None:
         except KeyboardInterrupt:  # during the first point: nothing measured
             points = sweep.Stopped([], 0)
         state["measuring"] = False
-        stopped = {"points": len(points), "of": points.of} if isinstance(points, sweep.Stopped) else None
+        stopped = ({"points": len(points), "of": points.of, **({"error": str(points.error)} if points.error else {})}
+                   if isinstance(points, sweep.Stopped) else None)
         serial = next((p for p in points if p.arch == "cpu-serial"), None)
         amdahl = None
         if serial is not None and not state["term"]:  # (not when the app is quitting: it would be cut short)

@@ -114,3 +114,44 @@ def test_a_stopped_bench_keeps_the_points_measured(tmp_path, sig, code, said):
     (run,) = Store(store).runs()
     assert run["status"] == "stopped" and run["kind"] == "bench"
     assert [p["batch"] for p in Store(store).run(run["id"])["points"]] == [17]
+
+
+def test_a_batch_the_buffers_cannot_index_is_refused_before_any_point(tmp_path):
+    """`--batch 8,2147483647`: batch 8 was measured and printed, then 2**31 - 1 refused, and the row was lost (no
+    JSON, nothing recorded). Now refused before anything runs."""
+    proc = layerlab("bench", "--workloads", "net-1h", "--batch", "8,2147483647", "--steps", "1", "--repeats", "1",
+                    "--warmup", "1", "--no-torch", "--no-store", "--json", tmp_path / "b.json")
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, "batch size 2147483647 times the widest layer's 1,024 values")
+    assert "samples/s" not in proc.stdout and not (tmp_path / "b.json").exists()
+
+
+def test_a_point_refused_after_others_keeps_them(tmp_path, monkeypatch, capsys):
+    """A later point refused (its memory, say) ended the benchmark with the points measured lost: they are
+    written and recorded (as stopped), and the error says how many were kept."""
+    import argparse
+
+    from nncore import bench, benchcli
+    from nncore.errors import ConfigError
+    from nncore.store import Store
+
+    real, calls = bench.bench_layerlab, []
+
+    def second_refused(name, arch, batch, *args, **kwargs):
+        calls.append(batch)
+        if len(calls) == 2:
+            raise ConfigError(f"batch size {batch} with this network needs more memory than there is")
+        return real(name, arch, batch, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "bench_layerlab", second_refused)
+    out, store = tmp_path / "b.json", tmp_path / "s.sqlite"
+    args = argparse.Namespace(arch="cpu-serial", workloads="net-1h", batch="9,13", steps=1, repeats=1, warmup=1,
+                              threads=None, no_torch=True, torch_mode="eager", json=str(out), store=str(store),
+                              no_store=False, round_warmup=None)
+    assert benchcli.run_bench(args) == 2
+    err = capsys.readouterr().err
+    assert "batch size 13 with this network needs more memory" in err and "after 1 of 2 points" in err
+    rows = json.loads(out.read_text())
+    assert [(r["workload"], r["batch"]) for r in rows] == [("net-1h", 9)] and rows[0]["samples_per_s"] > 0
+    (run,) = Store(store).runs()
+    assert run["kind"] == "bench" and run["status"] == "stopped"

@@ -7,6 +7,7 @@ import pytest
 from nncore import analysis
 from nncore.analysis import SweepPoint
 from nncore.config import load_config
+from nncore.errors import ConfigError
 
 
 def test_amdahl_and_karp_flatt_known_answers():
@@ -92,9 +93,10 @@ def test_lockstep_serial_and_cuda(config):
     assert max(r.weight_diff for r in rows) <= 2.5e-4
 
 
-def _fake_bench(monkeypatch, interrupt_at=None):
+def _fake_bench(monkeypatch, interrupt_at=None, raise_at=None):
     """run_sweep's measurements replaced by a made-up rate per call (the grid's bookkeeping is what is tested);
-    the call numbered ``interrupt_at`` (from 0) raises KeyboardInterrupt, as a Ctrl-C during that point would."""
+    the call numbered ``interrupt_at`` (from 0) raises KeyboardInterrupt, as a Ctrl-C during that point would,
+    and the one numbered ``raise_at`` a ConfigError, as a point refused for its memory would."""
     from types import SimpleNamespace
 
     from nncore import bench, sweep
@@ -104,6 +106,8 @@ def _fake_bench(monkeypatch, interrupt_at=None):
     def fake(name, arch, batch, steps, repeats, warmup, threads, model=None):
         if len(calls) == interrupt_at:
             raise KeyboardInterrupt
+        if len(calls) == raise_at:
+            raise ConfigError(f"batch size {batch} with this network needs more memory than there is")
         calls.append((arch, batch))
         return SimpleNamespace(arch=arch, threads=threads or 1, samples_per_s=1000.0 * (len(calls) + 1),
                                ms_per_step=1.0, gflops=1.0, layers=[]), None
@@ -111,6 +115,34 @@ def _fake_bench(monkeypatch, interrupt_at=None):
     monkeypatch.setattr(bench, "bench_layerlab", fake)
     monkeypatch.setattr(sweep, "count_launches", lambda *a: 7)
     return calls
+
+
+def test_a_sweep_keeps_its_points_when_a_later_one_is_refused(monkeypatch):
+    """A point refused after others were measured (its memory, say) ended the sweep with the measured ones lost:
+    they are returned, with what refused the next one."""
+    from nncore import sweep
+
+    model = load_config("quadrant").model
+    _fake_bench(monkeypatch, raise_at=2)
+    points = sweep.run_sweep(model, ["cpu-serial", "cpu-parallel"], [16, 32], [None], [2], 1, 1, 1)
+    assert isinstance(points, sweep.Stopped) and points.of == 4 and len(points) == 2
+    assert [(p.arch, p.batch) for p in points] == [("cpu-serial", 16), ("cpu-parallel", 16)]
+    assert "batch size 32" in str(points.error)
+    calls = _fake_bench(monkeypatch, raise_at=0)  # refused first: nothing to keep, the error as it came
+    with pytest.raises(ConfigError, match="batch size 16"):
+        sweep.run_sweep(model, ["cpu-serial"], [16, 32], [None], [2], 1, 1, 1)
+    assert calls == []
+
+
+def test_a_batch_the_buffers_cannot_index_is_refused_before_any_point(monkeypatch):
+    """batch 8 then 2**31 - 1: the second was refused only after the first was measured, which was then lost."""
+    from nncore import sweep
+
+    model = load_config("quadrant").model
+    calls = _fake_bench(monkeypatch)
+    with pytest.raises(ConfigError, match="batch size 2147483647 times the widest layer's 16 values"):
+        sweep.run_sweep(model, ["cpu-serial"], [8, 2**31 - 1], [None], [2], 1, 1, 1)
+    assert calls == []  # nothing measured
 
 
 def test_a_sweep_stopped_between_points_keeps_those_measured(monkeypatch):
