@@ -284,6 +284,28 @@ def test_a_run_with_stdout_or_stderr_closed_keeps_its_weights(tmp_path, closed):
         assert saved.files and all(np.isfinite(saved[k]).all() for k in saved.files)
 
 
+@pytest.mark.parametrize("when", ["importing", "running"])
+def test_a_ctrl_c_while_the_command_starts_is_one_line(monkeypatch, capsys, when):
+    """A Ctrl-C in the first moments, while the engine was still being imported (about the first 50 ms of
+    `layerlab train`), was a KeyboardInterrupt traceback; the entry point imports the rest inside its own
+    handler, so it is "interrupted" and exit 130, as later. (The Ctrl-C is raised where it would land.)"""
+    import types
+
+    from tui import entry
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    launch = types.ModuleType("tui.launch")
+    if when == "importing":
+        launch.__getattr__ = interrupt  # the import of the app and the engine, cut short
+    else:
+        launch.main = interrupt  # after the import, before a command's own handlers
+    monkeypatch.setitem(sys.modules, "tui.launch", launch)
+    assert entry.main() == 130
+    assert capsys.readouterr().err == "layerlab: interrupted\n"
+
+
 def test_a_final_write_that_fails_saves_the_weights_beside_it(tmp_path, monkeypatch):
     """The directory became unwritable during the run: the weights go beside it, named in the error."""
     from nncore import fileio
