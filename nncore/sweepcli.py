@@ -8,9 +8,9 @@ from pathlib import Path
 from . import analysis, bench, runtime, sweep
 from .benchcli import _ints
 from .cli import record_points, signal_said, stop_signals_interrupt
-from .fileio import check_outputs, input_files
-from .config import check_filters, load_config
+from .config import check_filters, check_run, load_config
 from .errors import ConfigError, LayerlabError
+from .fileio import check_outputs, input_files
 from .network import check_spec
 
 
@@ -29,6 +29,14 @@ def _archs(text: str, unique: bool = True) -> list[str]:
     return archs
 
 
+def _with_input(cfg) -> dict:
+    """The config's network with its input shape, taken from its data where model.input names none (a CSV
+    table's width is known once it is read): sweeps and lockstep run the network on made-up batches of it."""
+    if "input" in cfg.model:
+        return cfg.model
+    return {**cfg.model, "input": list(check_run(cfg).input_shape)}
+
+
 def run_sweep_cli(args) -> int:
     try:
         cfg = load_config(args.config)
@@ -40,9 +48,7 @@ def run_sweep_cli(args) -> int:
             if getattr(args, name) < 1:
                 raise ConfigError(f"--{name} {getattr(args, name)} must be >= 1")
         bench.check_step_counts(args, ("steps", "warmup"))
-        model = cfg.model
-        if "input" not in model:
-            raise ConfigError(f"{cfg.source}: sweeps need model.input")
+        model = _with_input(cfg)
         check_spec(model)  # (a bad layer is named before the sweep starts, not under its progress bar)
         check_filters(model, filters)
         sweep.check_grid(model, batches, filters)
@@ -94,7 +100,7 @@ def run_sweep_cli(args) -> int:
         extra["stopped"] = {"points": len(points), "of": points.of,
                             **({"error": str(points.error)} if points.error is not None else {})}
     rows = [p.to_dict() for p in points]
-    record_points(args, "sweep", cfg.label, rows, {**extra, "model": cfg.model}, arch=",".join(archs),
+    record_points(args, "sweep", cfg.label, rows, {**extra, "model": model}, arch=",".join(archs),
                   threads=sweep.threads_used(rows), status="stopped" if stopped else "finished")
     try:
         sweep.write_results(points, out, extra)
@@ -117,14 +123,12 @@ def run_sweep_cli(args) -> int:
 def run_lockstep(args) -> int:
     try:
         cfg = load_config(args.config)
-        archs = _archs(args.archs, unique=False)
-        if len(archs) != 2:
+        if len([a for a in args.archs.split(",") if a.strip()]) != 2:  # (before any is found unavailable)
             raise ConfigError(f"--archs {args.archs!r}: give exactly two archs")
+        archs = _archs(args.archs, unique=False)
         if args.steps < 1 or args.batch_size < 1:
             raise ConfigError("--steps and --batch-size must be >= 1")
-        if "input" not in cfg.model:
-            raise ConfigError(f"{cfg.source}: lockstep needs model.input")
-        rows = analysis.lockstep(cfg.model, archs[0], archs[1], args.steps, args.batch_size, tol=args.tol)
+        rows = analysis.lockstep(_with_input(cfg), archs[0], archs[1], args.steps, args.batch_size, tol=args.tol)
     except LayerlabError as exc:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -374,6 +374,42 @@ def test_lockstep_cli_agrees():
     assert "0 of 5 steps beyond" in proc.stdout
 
 
+def test_lockstep_wants_two_archs_before_it_asks_for_any(tmp_path):
+    """Three archs with cuda among them were refused as "cuda is unavailable" (exit 4), not as a bad argument."""
+    proc = layerlab("lockstep", "quadrant", "--archs", "cpu-serial,cpu-parallel,cuda")
+    assert proc.returncode == 2
+    one_line_error(proc, "give exactly two archs")
+
+
+@pytest.mark.parametrize("command", ["lockstep", "sweep"])
+def test_a_network_without_model_input_takes_its_datas_shape(tmp_path, command):
+    """A config may leave model.input out (the data gives it), but lockstep and sweep refused such a config
+    ("needs model.input"), so a CSV table's network could not be checked or swept. The table's width is the
+    input: 5 feature columns here, one of them categorical with 3 values, so 4 + 3 = 7 inputs."""
+    rng = np.random.default_rng(4)
+    rows = [f"{a:.3f},{b:.3f},{c:.3f},{d:.3f},{'pqr'[k]},{'xy'[int(a > b)]}"
+            for (a, b, c, d), k in zip(rng.random((60, 4)), rng.integers(0, 3, 60))]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "net.toml").write_text('[model]\nloss = "cross_entropy"\nlayers = [{ type = "Linear", '
+                                       'out_features = 3 }, { type = "ReLU" }, { type = "Linear", out_features = 2 }]'
+                                       '\n[data]\npath = "t.csv"\n')
+    args = (["--steps", "3"] if command == "lockstep" else
+            ["--archs", "cpu-serial", "--batch", "8", "--steps", "1", "--repeats", "1", "--store",
+             tmp_path / "s.sqlite", "--out", tmp_path / "out"])
+    proc = layerlab(command, tmp_path / "net.toml", *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    if command == "lockstep":
+        assert "0 of 3 steps beyond" in proc.stdout
+    else:
+        from nncore.store import Store
+
+        doc = json.loads((tmp_path / "out" / "sweep.json").read_text())
+        assert len(doc["points"]) == 1 and doc["points"][0]["samples_per_s"] > 0
+        store = Store(tmp_path / "s.sqlite")
+        (run,) = store.runs()
+        assert store.run(run["id"])["config"]["model"]["input"] == [7]  # the network swept, as recorded
+
+
 def test_sigkill_while_checkpointing_leaves_a_loadable_checkpoint(tmp_path):
     """Kill -9 a run that checkpoints every step, at moments spread over its writes; every time, the
     checkpoint on disk loads, and the run resumes from it to the end."""
