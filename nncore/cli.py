@@ -538,6 +538,8 @@ def _train(args) -> int:
                                   f"of {want} ranks: it belongs to another MPI than mpi4py's; {INSTALL_HINT}, or "
                                   "name the right one in LAYERLAB_MPIEXEC")
         cfg = _config(args)
+        if args.resume and args.init_weights:  # (the checkpoint's weights would replace those asked for)
+            raise ConfigError("--resume and --init-weights: give one; a checkpoint holds its own weights")
         # Every output checked before the data is read and training starts, not found unwritable after it.
         check_outputs([("--save-weights", args.save_weights), ("--checkpoint", args.checkpoint),
                        ("--jsonl", None if args.jsonl in (None, "-") else args.jsonl)],

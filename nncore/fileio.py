@@ -123,6 +123,11 @@ def check_output(path, flag: str) -> Path:
     text = str(path)
     if not text.strip():
         raise ConfigError(f"{flag} '': give a file name")
+    if text.endswith("/"):  # a directory meant, present or not (realpath would drop the slash)
+        raise ConfigError(f"{flag} {text}: names a directory; give a file name in it")
+    if text in ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"):
+        raise ConfigError(f"{flag} {text}: give - for standard output" if flag in ("--jsonl", "--json", "--csv")
+                          else f"{flag} {text}: give a file")
     try:
         p = Path(os.path.realpath(text))
         if p.is_dir():

@@ -189,6 +189,18 @@ def test_unwritable_outputs_are_refused_before_training(tmp_path, flag, where, n
     assert "epoch" not in proc.stdout  # refused before a step was trained
 
 
+@pytest.mark.parametrize("argv,needle", [
+    (["--save-weights", "{tmp}/newdir/"], "newdir/: names a directory"),  # wrote a file named newdir
+    (["--jsonl", "/dev/stdout"], "give - for standard output"),  # "cannot write in /proc/PID/fd" on a pipe
+    (["--resume", "{tmp}/a.npz", "--init-weights", "{tmp}/b.npz"], "--resume and --init-weights: give one"),
+])
+def test_outputs_and_inputs_meant_otherwise_are_named(tmp_path, argv, needle):
+    proc = layerlab("train", *RUN, "--no-store", *[a.format(tmp=tmp_path) for a in argv])
+    assert proc.returncode == 2, proc.stderr
+    one_line_error(proc, needle)
+    assert not (tmp_path / "newdir").exists()
+
+
 def test_two_outputs_on_one_file_are_refused(tmp_path):
     proc = layerlab("train", *RUN, "--checkpoint", tmp_path / "x.npz", "--save-weights", tmp_path / "x.npz")
     assert proc.returncode == 2
