@@ -137,6 +137,25 @@ async def test_a_new_run_shows_at_the_top_at_80x24(fixed_env):
         assert pane.selected_id() == chosen and [int(r["id"]) for r in _rows(app)][0] == ids[-1]
 
 
+async def test_the_charts_keep_their_titles_at_80x24_with_a_full_table(fixed_env):
+    """With a dozen runs the table takes its share of 80x24 and the charts get 9 rows where the detail line takes
+    two (here: a terminal two rows shorter): they dropped their titles and axis labels, leaving two unnamed plots.
+    The title stays, the x axis named in it."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 22)) as pilot:
+        cfg = app._run_config()
+        for _ in range(13):
+            record(app.store, scripted_run(epochs=3), cfg)
+        app._show_runs()
+        await pilot.press("4")
+        await pilot.pause()
+        await pilot.press("down")
+        await pilot.pause(0.5)
+        assert app.query_one("#runs-loss", Chart).size.height < 10  # the case: a short chart
+        text = screen_text(app)
+        assert "loss against epoch" in text and "test accuracy against epoch" in text, text
+
+
 async def test_speedup_is_a_backends_over_cpu_serial_not_one_serial_run_over_another(fixed_env):
     """The newest cpu-serial run of a network and batch size is the base; an older one gets no speedup (its ratio
     to the base, 0.80x here, would read as a slower backend); runs on other backends get theirs over the base."""

@@ -10,7 +10,8 @@ from rich.text import Text
 from textual_plotext import PlotextPlot
 
 RATE_HZ = 4
-COMPACT_BELOW = 10  # rows: a shorter chart drops its title and axis label
+COMPACT_BELOW = 10  # rows: a shorter chart folds its x axis label into its title ("loss against epoch")
+BARE_BELOW = 7  # rows: a shorter one drops the title too
 
 
 class Chart(PlotextPlot):
@@ -62,11 +63,33 @@ class Chart(PlotextPlot):
             return Text(self.empty, style="dim")
         plt = self.plt
         plt.clear_figure()
-        self._draw_into(plt, self.size.height, self.size.width)
-        if self.size.height < COMPACT_BELOW:  # the plot keeps the rows: the legend says what is drawn
-            plt.title("")
+        labels = _Labels(plt)
+        self._draw_into(labels, self.size.height, self.size.width)
+        if self.size.height < COMPACT_BELOW:  # the plot keeps the rows, and the title still says what is drawn
             plt.xlabel("")
+            title, x = labels.title_text, labels.xlabel_text
+            if x and x.split()[0] not in title and len(f"{title} against {x}") <= self.size.width - 4:
+                title = f"{title} against {x}"
+            plt.title("" if self.size.height < BARE_BELOW else title)
         return super().render()
+
+
+class _Labels:
+    """A figure passed through, the title and x axis label it was given kept."""
+
+    def __init__(self, plt):
+        self._plt, self.title_text, self.xlabel_text = plt, "", ""
+
+    def title(self, text: str = "") -> None:
+        self.title_text = text
+        self._plt.title(text)
+
+    def xlabel(self, text: str = "") -> None:
+        self.xlabel_text = text
+        self._plt.xlabel(text)
+
+    def __getattr__(self, name):
+        return getattr(self._plt, name)
 
 
 class _Recorder:
