@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import TextIO
 
 from .events import EpochEnd, Event, RunFailed, RunFinished, RunStarted, Step
@@ -70,6 +71,17 @@ def cut(text: str, width: int) -> str:
 
 
 EDITED = " (edited)"  # after a network's name, in the runs of it changed since it was opened or saved
+
+
+def data_label(cfg: dict) -> str | None:
+    """What a recorded run trained on, short: the data file's or directory's name, else the dataset's (None where
+    the config names no data)."""
+    data = cfg.get("data") if isinstance(cfg, dict) else None
+    if not isinstance(data, dict):
+        return None
+    if data.get("path"):
+        return Path(str(data["path"])).name or str(data["path"])
+    return data.get("dataset") or None
 
 
 def cut_name(name: str, width: int) -> str:

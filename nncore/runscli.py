@@ -11,7 +11,7 @@ from datetime import datetime
 
 from .errors import ConfigError, LayerlabError
 from .fileio import check_outputs, input_files, write_or_rescue
-from .report import cut_name, loss_text, short_arch
+from .report import cut_name, data_label, loss_text, short_arch
 from .store import Store, StoreError, mean_rate
 
 EPOCH_COLUMNS = ["run_id", "name", "arch", "threads", "ranks", "status", "epoch", "steps", "train_loss", "test_loss",
@@ -44,11 +44,12 @@ def _list(store: Store, args) -> int:
         print(f"no runs in {store.path}")
         return 0
     aw = max([12, *(len(short_arch(r["arch"])) for r in runs)])  # the arch column fits its longest arch
-    print(f"{'id':>5}  {'started':<16}  {'kind':<5}  {'network':<14} {'arch':<{aw}} {'thr':>3} {'ranks':>5} "
-          f"{'status':<9} {'epochs':>6} {'test acc':>8} {'samples/s':>11}")
+    print(f"{'id':>5}  {'started':<16}  {'kind':<5}  {'network':<14} {'data':<14} {'arch':<{aw}} {'thr':>3} "
+          f"{'ranks':>5} {'status':<9} {'epochs':>6} {'test acc':>8} {'samples/s':>11}")
     for r in runs:
+        data = data_label(r["config"]) if r["kind"] == "train" else None
         print(f"{r['id']:>5}  {_when(r['started']):<16}  {r['kind']:<5}  {cut_name(r['name'], 14):<14} "
-              f"{short_arch(r['arch']):<{aw}} "
+              f"{cut_name(data or '—', 14):<14} {short_arch(r['arch']):<{aw}} "
               f"{_num(r['threads'], ''):>3} {r['ranks']:>5} {r['status']:<9} {r['epochs_done']:>6} "
               f"{_num(r['test_acc'], '.4f'):>8} {_num(r['samples_per_s'], ',.0f'):>11}")
     return 0

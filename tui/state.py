@@ -17,7 +17,7 @@ from nncore.layers import LAYER_TYPES
 from nncore.limits import INT32_MAX
 from nncore.losses import canonical
 from nncore.network import build_layers, check_spec, summarize
-from nncore.report import EDITED
+from nncore.report import EDITED, data_label
 from nncore.store import mean_epoch_s, mean_rate
 
 LAYER_KINDS = [cls.kind for cls in LAYER_TYPES.values()]
@@ -297,8 +297,8 @@ def spec_key(model: dict, data: dict | None = None) -> str:
 
 
 # The Runs view's columns, most telling first (a narrow terminal shows the first ones), and what each means.
-COLUMNS = ["network", "arch", "samples_per_s", "speedup", "test_acc", "status", "batch", "epochs", "threads", "ranks",
-           "s_per_epoch"]
+COLUMNS = ["network", "arch", "samples_per_s", "speedup", "test_acc", "status", "data", "batch", "epochs", "threads",
+           "ranks", "s_per_epoch"]
 HEADERS = {"samples_per_s": "samples/s", "test_acc": "test acc", "s_per_epoch": "s/epoch", "threads": "thr",
            "epochs": "ep"}
 MEANING = {
@@ -308,7 +308,9 @@ MEANING = {
     "test_acc": "accuracy on the test set after the last completed epoch (— before the first)",
     "s_per_epoch": "mean training time of the completed epochs, measured as samples/s is",
     "epochs": "epochs completed", "threads": "CPU threads (cpu-parallel) of each rank", "ranks": "MPI ranks",
+    "data": "what the run trained on: the dataset's name, or the file or directory it was read from",
 }
+
 
 
 # The Runs view reads the run store: a mark, the run's id, then the session table's columns, then when it started.
@@ -333,6 +335,7 @@ def store_rows(runs: list[dict], marked: list[int] = (), paused_pid: int | None 
                     and r.get("pid") == paused_pid else r["status"], "batch": train.get("batch_size"),
                     "epochs": r["epochs_done"] if r["kind"] == "train" else None,  # (a sweep has points, no epochs)
                     "threads": r["threads"], "ranks": r["ranks"], "s_per_epoch": r.get("s_per_epoch"),
+                    "data": data_label(cfg) if r["kind"] == "train" else None,
                     "started": time.strftime("%m-%d %H:%M", time.localtime(r["started"])), "kind": r["kind"],
                     "config": cfg, "spec_key": spec_key(cfg["model"], data if isinstance(data, dict) else None)
                     if isinstance(cfg.get("model"), dict) else "",

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from nncore.config import load_config
@@ -196,6 +197,22 @@ def test_a_run_that_fails_before_it_starts_is_recorded_refused_or_failed_not_die
     failed, refused = Store(path).runs()
     assert refused["status"] == "refused" and refused["exit_code"] == 4 and refused["error"].startswith("cuda is")
     assert failed["status"] == "failed" and failed["exit_code"] == 2 and "truncated" in failed["error"]
+
+
+def test_runs_list_says_what_each_run_trained_on(tmp_path):
+    """A run on a CSV table and one on the default data listed alike; the data column tells them apart."""
+    path, table = tmp_path / "runs.sqlite", tmp_path / "pairs.csv"
+    rng = np.random.default_rng(5)
+    table.write_text("".join(f"{a:.3f},{b:.3f},{'pq'[int(a > b)]}\n" for a, b in rng.random((50, 2))))
+    net = tmp_path / "net.toml"
+    net.write_text('[model]\nloss = "cross_entropy"\nlayers = [{ type = "Linear", out_features = 2 }]\n')
+    for extra in (["--data", table], []):
+        proc = layerlab("train", net, "--epochs", "1", "--store", path, "--quiet", *extra)
+        assert proc.returncode == 0, proc.stderr
+    lines = layerlab("runs", "--store", path, "list").stdout.splitlines()
+    header = lines[0].split()
+    assert header[header.index("network") + 1] == "data"
+    assert [line.split()[header.index("data") + 1] for line in lines[1:]] == ["quadrant", "pairs.csv"]
 
 
 def test_a_cuda_run_refused_for_want_of_a_gpu_is_listed_refused(tmp_path):

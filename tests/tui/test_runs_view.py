@@ -156,6 +156,29 @@ async def test_the_charts_keep_their_titles_at_80x24_with_a_full_table(fixed_env
         assert "loss against epoch" in text and "test accuracy against epoch" in text, text
 
 
+@pytest.mark.parametrize("size", [(140, 45), (80, 24)])
+async def test_each_run_says_what_it_trained_on(fixed_env, size):
+    """Two runs of one network, on the quadrant data and on a CSV file, looked alike everywhere in the view (only
+    their speedup, "—", hinted at a difference). The data column says which, and where the terminal hides it,
+    the detail line under the table."""
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=size) as pilot:
+        cfg = app._run_config()
+        record(app.store, scripted_run(epochs=2), cfg)
+        record(app.store, scripted_run(epochs=2), {**cfg, "data": {**cfg["data"], "dataset": None,
+                                                                  "path": "/somewhere/small.csv"}})
+        app._show_runs()
+        await pilot.press("4")
+        await pilot.pause(0.3)
+        assert [r["data"] for r in _rows(app)] == ["small.csv", "quadrant"]
+        text = screen_text(app)
+        if size[0] == 140:
+            lines = [line for line in text.splitlines() if "finished" in line]
+            assert "small.csv" in lines[0] and "quadrant" in lines[1].split("finished")[1], text
+        else:
+            assert "data small.csv" in text, text  # the newest run selected: its detail line
+
+
 async def test_speedup_is_a_backends_over_cpu_serial_not_one_serial_run_over_another(fixed_env):
     """The newest cpu-serial run of a network and batch size is the base; an older one gets no speedup (its ratio
     to the base, 0.80x here, would read as a slower backend); runs on other backends get theirs over the base."""
@@ -376,7 +399,8 @@ async def test_a_sweep_row_leaves_the_status_column_readable_at_80_columns(fixed
 async def test_the_table_fits_80_columns_and_shows_every_column_at_140(fixed_env):
     """At 80x24 every column shown fits the terminal (no scrolling sideways): the least useful columns are hidden,
     long network names are cut, and the line under the table gives the selected run's hidden values in full. At
-    140x45 every column is back, the names (18 characters) whole."""
+    140x45 every column is back but the two least useful (threads, MPI ranks: with 18-character names and a
+    sweep's "serial+parallel" the table is 145 cells wide), the names whole."""
     app = LayerlabApp("quadrant")
     async with app.run_test(size=(80, 24)) as pilot:
         cfg = app._run_config()
@@ -421,10 +445,12 @@ async def test_the_table_fits_80_columns_and_shows_every_column_at_140(fixed_env
         await pilot.resize_terminal(140, 45)
         await pilot.pause()
         assert table.max_scroll_x == 0
-        for label in ["network", "arch", "samples/s", "speedup", "test acc", "status", "batch", "ep", "thr", "ranks",
+        for label in ["network", "arch", "samples/s", "speedup", "test acc", "status", "data", "batch", "ep",
                       "s/epoch", "started", "kind"]:
             assert f" {label} " in header(), header()
-        assert long in screen_text(app) and not app.query_one("#runs-detail").display
+        assert long in screen_text(app)
+        detail = str(app.query_one("#runs-detail").render())  # the selected run's threads, where hidden
+        assert " thr " in header() or " thr" in detail, (header(), detail)
         # A sweep has points, no epochs: its epochs cell is a dash, a training run's its count.
         epochs = [str(table.get_row_at(i)[STORE_COLUMNS.index("epochs")]) for i in range(table.row_count)]
         assert [e for e, r in zip(epochs, _rows(app)) if r["kind"] == "sweep"] == ["—"]

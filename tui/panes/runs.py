@@ -64,7 +64,8 @@ def _detail(row: dict, hidden: set[str], cut: dict[str, int], width: int = 0) ->
     """A run's values that the table hides (``hidden`` columns) or cuts (``cut``: column widths), for the line
     under the table; "" where the table shows the run whole. With a ``width``, broken into lines of at most that
     many cells between values, never inside one ("0.01 s/epoch" stays on one line)."""
-    said = {"network": lambda v: v, "arch": lambda v: v, "kind": lambda v: v, "started": lambda v: f"started {v}",
+    said = {"network": lambda v: v, "arch": lambda v: v, "kind": lambda v: v, "data": lambda v: f"data {v}",
+            "started": lambda v: f"started {v}",
             "batch": lambda v: f"batch {v}", "epochs": lambda v: f"{v} ep", "threads": lambda v: f"{v} thr",
             "ranks": lambda v: f"{v} rank" + ("s" if v != 1 else ""),
             "s_per_epoch": lambda v: f"{_cell('s_per_epoch', v)} s/epoch"}
@@ -86,7 +87,7 @@ def _detail(row: dict, hidden: set[str], cut: dict[str, int], width: int = 0) ->
 
 # Hidden where the terminal is too narrow for every column, the least useful first (ranks is 1 but for MPI runs,
 # s/epoch follows from samples/s and the batch), when the run started last.
-HIDE_ORDER = ["ranks", "threads", "s_per_epoch", "kind", "epochs", "batch", "started"]
+HIDE_ORDER = ["ranks", "threads", "s_per_epoch", "kind", "epochs", "data", "batch", "started"]
 NET_CUT = 16  # a long network name is cut to this width (or more, where there is room) before columns are hidden
 NARROWEST = {"network": 8, "arch": 12}  # cut to at most, all columns hidden: "quadrant", "cpu-parallel" stay whole
 
