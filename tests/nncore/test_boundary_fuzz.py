@@ -108,7 +108,8 @@ def test_random_configs_are_accepted_or_refused_in_one_line(tmp_path_factory, do
 FLAGS = ["--epochs", "--batch-size", "--lr", "--momentum", "--seed", "--threads", "--limit", "--timing-every",
          "--checkpoint-every", "--optimizer", "--arch", "--dataset", "--ranks"]
 ARG_VALUES = st.one_of(st.sampled_from(["0", "1", "-1", "5", "2147483648", "1e9", "nan", "inf", "-inf", "²", "５",
-                                        " 7", "0x10", "1_000", "", "adam", "sgd", "cuda", "2e", "3steps", "٣"]),
+                                        " 7", "0x10", "1_000", "", "adam", "sgd", "cuda", "2e", "3steps", "٣",
+                                        "9" * 5000, "-" + "9" * 5000]),
                        st.text(max_size=6), st.integers(-2**40, 2**40).map(str))
 
 
@@ -123,6 +124,8 @@ def test_random_argument_lists_parse_or_exit_2_in_one_line(args):
             parsed = cli._parser().parse_args(argv)
     except SystemExit as exc:
         assert exc.code == 2 and len(err.getvalue().strip().splitlines()) == 1, err.getvalue()
+        if "invalid choice" not in err.getvalue():  # (argparse's own choices message quotes it whole)
+            assert len(err.getvalue()) < 200, err.getvalue()  # a number is quoted clipped, not in full
         return
     try:
         cfg = cli._config(parsed)
@@ -131,6 +134,37 @@ def test_random_argument_lists_parse_or_exit_2_in_one_line(args):
             ckpt.parse_every(parsed.checkpoint_every)
     except LayerlabError as exc:
         one_line(exc)
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--epochs", "9" * 5000, "--epochs: 99999999999999999999… is too large (beyond 2147483647)"),
+    ("--seed", "-" + "9" * 5000, "--seed: -9999999999999999999… is too small"),
+    ("--epochs", "x" * 5000, "--epochs: 'xxxxxxxxxxxxxxxxxxxx…' must be a whole number written in digits 0-9"),
+    ("--lr", "9" * 5000, "--lr: '99999999999999999999…' must be a finite number"),
+], ids=["epochs-digits", "seed-minus-digits", "epochs-letters", "lr-digits"])
+def test_an_argument_of_thousands_of_digits_is_named_by_its_flag_and_clipped(capsys, flag, value, needle):
+    """Past 4,300 digits int() raised a ValueError, which argparse reported as "invalid _int_arg value: " and
+    the whole value."""
+    with pytest.raises(SystemExit) as exc:
+        cli._parser().parse_args(["train", "quadrant", flag, value])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1 and len(err) < 120, err
+    assert needle in err and "_int_arg" not in err, err
+
+
+def test_checkpoint_every_of_thousands_of_digits_is_a_config_error():
+    from nncore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^--checkpoint-every: '9{20}…' must be N"):
+        ckpt.parse_every("9" * 5000)  # (int() raised ValueError past 4,300 digits)
+
+
+def test_ascii_int_clips_what_it_quotes():
+    from nncore.errors import ConfigError
+    from nncore.limits import ascii_int
+
+    with pytest.raises(ConfigError, match=r"^--batch entry 9{20}… is too large \(beyond 2147483647\)$"):
+        ascii_int("9" * 5000, "--batch entry")
 
 
 # -- IDX headers --------------------------------------------------------------------------------------------------
