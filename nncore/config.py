@@ -8,11 +8,12 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError, DataError
-from .limits import CONFIG_BYTES, CONFIG_DEPTH, INT32_MAX, depth, regular_file
+from .limits import BIG_DIGITS, CONFIG_BYTES, CONFIG_DEPTH, INT32_MAX, clip, depth, regular_file
 from .runtime import ARCHS
 
 try:
@@ -144,6 +145,70 @@ def _no_constant(name: str):
     raise ConfigError(f"{name} is not a number a config may hold")
 
 
+INT_STR_DIGITS = 4300  # int() refuses a longer decimal string with a ValueError (sys.get_int_max_str_digits)
+
+
+class _Refused:
+    """A JSON value refused where it stands (its text is not converted); said with its key path once the whole
+    document is read (json's hooks do not know where they are)."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _huge(text: str) -> str:
+    digits = len(text.lstrip("+-"))
+    return f"= {clip(text)} ({digits:,} digits) is far beyond the 32-bit range the engine uses"
+
+
+def _json_int(text: str):
+    """json's parse_int: past BIG_DIGITS digits, no int() (it raises ValueError past 4,300 of them)."""
+    return int(text) if len(text.lstrip("-")) <= BIG_DIGITS else _Refused(_huge(text))
+
+
+def _key_path(path: str, key) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    part = key if key.isidentifier() else clip(json.dumps(key), 40)  # (a key may hold newlines or escapes)
+    return f"{path}.{part}" if path else part
+
+
+def _refused_value(doc: dict) -> tuple[str, str] | None:
+    """The first value of a parsed config, in the file's order, refused where it stands: a _Refused JSON value
+    or an integer of more than BIG_DIGITS digits (no field takes one, and quoting it whole would make a message
+    of thousands of characters). Returns its key path (``train.epochs``) and the message. Iterative: the
+    nesting is checked already, but a stack costs nothing."""
+    stack = [(_key_path("", k), v) for k, v in reversed(list(doc.items()))]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, _Refused):
+            return path, f"{path} {item.why}"
+        if isinstance(item, int) and not isinstance(item, bool) and abs(item) >= 10**BIG_DIGITS:
+            return path, f"{path} {_huge(str(item))}"
+        if isinstance(item, dict):
+            stack.extend((_key_path(path, k), v) for k, v in reversed(list(item.items())))
+        elif isinstance(item, list):
+            stack.extend((_key_path(path, i), v) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def _toml_value_error(p, text: str, exc: ValueError) -> ConfigError:
+    """tomllib's ValueError other than TOMLDecodeError: int() of an integer past 4,300 digits. Its line is
+    found in the text (tomllib does not say it)."""
+    if "Exceeds the limit" not in str(exc):
+        return ConfigError(f"{p}: invalid TOML ({clip(str(exc), 80)})")
+    m = re.search("[+-]?[0-9_]{%d,}" % (INT_STR_DIGITS + 1), text)
+    if not m:
+        return ConfigError(f"{p}: an integer of more than {INT_STR_DIGITS:,} digits, far beyond the 32-bit range "
+                           "the engine uses")
+    start = text.rfind("\n", 0, m.start()) + 1
+    key = re.search(r"([\w\"'.-]+)\s*=\s*$", text[start:m.start()])  # the key the number is given to
+    return ConfigError(f"{p}:{text.count(chr(10), 0, m.start()) + 1}: {clip(key.group(1), 40) + ' ' if key else ''}"
+                       f"{_huge(m.group())}")
+
+
 def network_name(text: str) -> str:
     """A name a config accepts, made from any text (a file's name when the app saves one): its printable
     characters, at most NAME_CHARS of them."""
@@ -173,7 +238,7 @@ def load_config(path) -> RunConfig:
         if len(text) > CONFIG_BYTES:
             raise ConfigError(f"{p}: too large for a config file (at most {CONFIG_BYTES:,} bytes)")
         if p.suffix == ".json":  # what the app hands to `layerlab train` for a distributed run
-            doc = json.loads(text, parse_constant=_no_constant)
+            doc = json.loads(text, parse_constant=_no_constant, parse_int=_json_int)
             if not isinstance(doc, dict):
                 raise ConfigError(f"{p}: a config must be a JSON object")
         else:
@@ -186,10 +251,17 @@ def load_config(path) -> RunConfig:
         raise ConfigError(f"{p}: invalid TOML ({exc})") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{p}: invalid JSON ({exc})") from None
+    except ConfigError:
+        raise
+    except ValueError as exc:  # (after the decode errors, which are ValueErrors too)
+        raise _toml_value_error(p, text, exc) from None
     except RecursionError:
         raise ConfigError(f"{p}: nested too deeply (at most {CONFIG_DEPTH} levels)") from None
     if depth(doc) > CONFIG_DEPTH:
         raise ConfigError(f"{p}: nested too deeply (at most {CONFIG_DEPTH} levels)")
+    refused = _refused_value(doc)
+    if refused:
+        raise ConfigError(f"{p}: {refused[1]}", field=refused[0])
     unknown = sorted(set(doc) - {"model", "data", "train", "name", "description"})
     if unknown:
         raise ConfigError(f"{p}: unknown table or field {unknown[0]!r} (allowed: model, data, train)")

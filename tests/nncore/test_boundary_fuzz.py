@@ -41,7 +41,8 @@ def one_line(err: Exception) -> str:
 
 # -- configs -------------------------------------------------------------------------------------------------
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
-                    st.text(max_size=12), st.sampled_from([0, 1, 2, 3, 28, 2**31 - 1, 2**31, 2**32, -1, 1e400]))
+                    st.text(max_size=12), st.sampled_from([0, 1, 2, 3, 28, 2**31 - 1, 2**31, 2**32, -1, 1e400,
+                                                           -10**40, 10**400]))
 KEYS = st.sampled_from(["type", "out_features", "kernel_size", "stride", "padding", "out_channels", "in_features",
                         "init", "epochs", "batch_size", "lr", "momentum", "optimizer", "seed", "shuffle", "samples",
                         "dataset", "path", "noise", "limit", "threads", "ranks", "input", "layers", "loss", "x"])
@@ -102,6 +103,32 @@ def test_random_configs_are_accepted_or_refused_in_one_line(tmp_path_factory, do
         text = text[:cut] + noise + text[cut:]
     path.write_bytes(text)
     _check_config(path)
+
+
+MLP = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_features = %s}]\n'
+JMLP = '{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": 1}]}, %s}'
+
+
+@pytest.mark.parametrize("name,text,needle", [
+    ("c.toml", "x = " + "9" * 4301 + "\n", "c.toml:1: x = 99999999999999999999… (4,301 digits) is far beyond"),
+    ("c.toml", MLP % ("9" * 4400), "c.toml:4: out_features = 99999999999999999999… (4,400 digits)"),
+    ("c.toml", MLP % 1 + "[train]\nseed = -" + "9" * 5000 + "\n", "c.toml:6: seed = -9999999999999999999… (5,000"),
+    ("c.toml", MLP % ("9" * 4000), "c.toml: model.layers[0].out_features = 99999999999999999999… (4,000 digits)"),
+    ("c.toml", MLP % ("9" * 40), "c.toml: model.layers[0].out_features = 99999999999999999999… (40 digits)"),
+    ("c.json", JMLP % ('"train": {"epochs": ' + "9" * 5000 + "}"), "c.json: train.epochs = 99999999999999999999… (5,000"),
+    ("c.json", JMLP % ('"data": {"a b": [1, -' + "9" * 100 + "]}"), 'c.json: data."a b"[1] = -9999999999999999999… (100'),
+], ids=["toml-4301", "toml-layer-4400", "toml-minus-5000", "toml-layer-4000", "toml-40", "json-5000", "json-list-100"])
+def test_integers_of_thousands_of_digits_are_refused_by_key_in_one_short_line(tmp_path, name, text, needle):
+    """int() refuses more than 4,300 digits: tomllib and json raised its ValueError (a traceback, exit 1); and
+    below that a 4,000-digit value was quoted whole in the error."""
+    from nncore.errors import ConfigError
+
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(tmp_path / name)
+    msg = one_line(exc.value)
+    assert needle in msg and len(msg) < len(str(tmp_path)) + 140, msg
+    assert exc.value.exit_code == 2
 
 
 # -- CLI argument lists -----------------------------------------------------------------------------------------
