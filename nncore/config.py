@@ -141,10 +141,6 @@ def _fill(section: str, given: dict, spec: dict, source: str) -> dict:
     return out
 
 
-def _no_constant(name: str):
-    raise ConfigError(f"{name} is not a number a config may hold")
-
-
 INT_STR_DIGITS = 4300  # int() refuses a longer decimal string with a ValueError (sys.get_int_max_str_digits)
 
 
@@ -166,6 +162,27 @@ def _huge(text: str) -> str:
 def _json_int(text: str):
     """json's parse_int: past BIG_DIGITS digits, no int() (it raises ValueError past 4,300 of them)."""
     return int(text) if len(text.lstrip("-")) <= BIG_DIGITS else _Refused(_huge(text))
+
+
+def _json_float(text: str):
+    """json's parse_float: a number past float's range (1e400) is refused, as NaN and Infinity are, not read as
+    infinity."""
+    value = float(text)
+    return value if math.isfinite(value) else _Refused(f"= {clip(text)} is beyond float's range, not a number "
+                                                       "a config may hold")
+
+
+def _json_constant(name: str) -> _Refused:
+    """json's parse_constant (NaN, Infinity, -Infinity)."""
+    return _Refused(f"= {name} is not a number a config may hold")
+
+
+def _json_object(pairs: list) -> dict:
+    """json's object_pairs_hook: a key given twice is refused (json keeps the last silently; TOML refuses it)."""
+    out = {}
+    for key, value in pairs:
+        out[key] = _Refused("is given twice in its object (a key may be given once)") if key in out else value
+    return out
 
 
 def _key_path(path: str, key) -> str:
@@ -238,7 +255,8 @@ def load_config(path) -> RunConfig:
         if len(text) > CONFIG_BYTES:
             raise ConfigError(f"{p}: too large for a config file (at most {CONFIG_BYTES:,} bytes)")
         if p.suffix == ".json":  # what the app hands to `layerlab train` for a distributed run
-            doc = json.loads(text, parse_constant=_no_constant, parse_int=_json_int)
+            doc = json.loads(text, parse_constant=_json_constant, parse_int=_json_int, parse_float=_json_float,
+                             object_pairs_hook=_json_object)
             if not isinstance(doc, dict):
                 raise ConfigError(f"{p}: a config must be a JSON object")
         else:

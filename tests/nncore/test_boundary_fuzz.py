@@ -131,6 +131,26 @@ def test_integers_of_thousands_of_digits_are_refused_by_key_in_one_short_line(tm
     assert exc.value.exit_code == 2
 
 
+@pytest.mark.parametrize("text,needle", [
+    (JMLP % '"train": {"lr": 1e400}', "c.json: train.lr = 1e400 is beyond float's range"),
+    (JMLP % '"train": {"lr": Infinity}', "c.json: train.lr = Infinity is not a number a config may hold"),
+    (JMLP % '"data": {"noise": [0, -Infinity]}', "c.json: data.noise[1] = -Infinity is not a number"),
+    ('{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": NaN}]}}',
+     "c.json: model.layers[0].out_features = NaN is not a number"),
+    (JMLP % '"train": {"epochs": 1, "epochs": 2}', "c.json: train.epochs is given twice in its object"),
+    (JMLP % '"model": {}', "c.json: model is given twice in its object"),
+], ids=["1e400", "Infinity", "-Infinity-in-list", "NaN-in-layer", "twice", "twice-top"])
+def test_json_numbers_json_cannot_hold_and_repeated_keys_are_refused_by_file_and_key(tmp_path, text, needle):
+    """Infinity and NaN were refused naming neither the file nor the key ("Infinity is not a number a config
+    may hold"), 1e400 was read as infinity, and a key given twice silently kept its last value."""
+    from nncore.errors import ConfigError
+
+    (tmp_path / "c.json").write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(tmp_path / "c.json")
+    assert needle in one_line(exc.value) and str(tmp_path) in str(exc.value)
+
+
 # -- CLI argument lists -----------------------------------------------------------------------------------------
 FLAGS = ["--epochs", "--batch-size", "--lr", "--momentum", "--seed", "--threads", "--limit", "--timing-every",
          "--checkpoint-every", "--optimizer", "--arch", "--dataset", "--ranks"]
