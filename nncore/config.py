@@ -251,7 +251,8 @@ def load_config(path) -> RunConfig:
         raise ConfigError(f"{p}: {size:,} bytes is too large for a config file (at most {CONFIG_BYTES:,})")
     try:
         with open(p, "rb") as fh:
-            text = fh.read(CONFIG_BYTES + 1).decode("utf-8")
+            # A byte-order mark (Windows editors write one) is not part of the document, as for CSV files.
+            text = fh.read(CONFIG_BYTES + 1).decode("utf-8").removeprefix("\ufeff")
         if len(text) > CONFIG_BYTES:
             raise ConfigError(f"{p}: too large for a config file (at most {CONFIG_BYTES:,} bytes)")
         if p.suffix == ".json":  # what the app hands to `layerlab train` for a distributed run

@@ -151,6 +151,16 @@ def test_json_numbers_json_cannot_hold_and_repeated_keys_are_refused_by_file_and
     assert needle in one_line(exc.value) and str(tmp_path) in str(exc.value)
 
 
+@pytest.mark.parametrize("name", ["c.toml", "c.json"])
+def test_a_byte_order_mark_before_a_config_is_accepted(tmp_path, name):
+    """tomllib said "invalid TOML (Invalid statement (at line 1, column 1))" and json "Unexpected UTF-8 BOM"."""
+    text = MLP % 3 if name == "c.toml" else JMLP % '"train": {"epochs": 3}'
+    (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + text.encode())
+    cfg = load_config(tmp_path / name)
+    assert cfg.model["input"] == [2]
+    assert (cfg.model["layers"][0]["out_features"] if name == "c.toml" else cfg.train["epochs"]) == 3
+
+
 # -- CLI argument lists -----------------------------------------------------------------------------------------
 FLAGS = ["--epochs", "--batch-size", "--lr", "--momentum", "--seed", "--threads", "--limit", "--timing-every",
          "--checkpoint-every", "--optimizer", "--arch", "--dataset", "--ranks"]
