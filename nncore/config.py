@@ -342,15 +342,29 @@ def check_run(cfg: RunConfig):
     from .data import describe
 
     d = cfg.data
-    info = describe(cfg.dataset_name(), d["path"], samples=d["samples"], noise=d["noise"], test_ratio=d["test_ratio"],
-                    seed=cfg.train["seed"], limit=d["limit"], csv={k: d[k] for k in CSV_FIELDS})
+    try:
+        info = describe(cfg.dataset_name(), d["path"], samples=d["samples"], noise=d["noise"],
+                        test_ratio=d["test_ratio"], seed=cfg.train["seed"], limit=d["limit"],
+                        csv={k: d[k] for k in CSV_FIELDS})
+    except ConfigError as exc:  # a synthetic set's size or noise, which only the file sets: it is named too
+        if exc.field in _FILE_ONLY_FIELDS:
+            raise _from_file(cfg, exc) from None
+        raise
     try:
         fit_model(cfg.model, info)
     except ConfigError as exc:  # a network read from a file: its error names the file too
-        if Path(cfg.source).is_file() and not str(exc).startswith(cfg.source):
-            raise ConfigError(f"{cfg.source}: {exc}", exc.layer, exc.field, exc.about_data) from None
-        raise
+        raise _from_file(cfg, exc) from None
     return info
+
+
+_FILE_ONLY_FIELDS = ("data.samples", "data.noise", "data.test_ratio")  # (no command-line option sets them)
+
+
+def _from_file(cfg: RunConfig, exc: ConfigError) -> ConfigError:
+    """``exc`` with the config file named first, where the config was read from one that it does not name yet."""
+    if Path(cfg.source).is_file() and not str(exc).startswith(cfg.source):
+        return ConfigError(f"{cfg.source}: {exc}", exc.layer, exc.field, exc.about_data)
+    return exc
 
 
 def preset_configs() -> dict[str, Path]:

@@ -114,7 +114,7 @@ def _check_synthetic(samples, noise, test_ratio) -> None:
                           field="data.samples")
     if samples > INT32_MAX:
         raise ConfigError(f"data.samples = {samples:,} is beyond the kernels' 32-bit index range", field="data.samples")
-    check_host_memory(SYNTHETIC_BYTES * samples, f"samples = {samples:,}", field="data.samples")
+    check_host_memory(SYNTHETIC_BYTES * samples, f"data.samples = {samples:,}", field="data.samples")
     if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= 1:
         raise ConfigError(f"data.noise = {noise!r} must be in [0, 1]", field="data.noise")
     if isinstance(test_ratio, bool) or not isinstance(test_ratio, (int, float)) or not 0 < test_ratio < 1:

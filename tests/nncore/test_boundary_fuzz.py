@@ -161,6 +161,24 @@ def test_a_byte_order_mark_before_a_config_is_accepted(tmp_path, name):
     assert (cfg.model["layers"][0]["out_features"] if name == "c.toml" else cfg.train["epochs"]) == 3
 
 
+@pytest.mark.parametrize("samples,needle", [
+    (1, "c.toml: data.samples = 1 must be a whole number of at least 4"),
+    (1_000_000, "c.toml: data.samples = 1,000,000 needs about 0.1 GiB, more than the 0.0 GiB of host memory"),
+])
+def test_a_synthetic_size_refused_names_the_config_file(tmp_path, monkeypatch, samples, needle):
+    """The size checks of a synthetic set said "data.samples = 1 must be ..." and "samples = ... needs about
+    ... GiB" without the file that set it."""
+    from nncore import limits
+    from nncore.errors import ConfigError
+
+    monkeypatch.setattr(limits, "host_memory", lambda: 1 << 20)
+    (tmp_path / "c.toml").write_text(MLP % 1 + f'[data]\ndataset = "circle"\nsamples = {samples}\n')
+    with pytest.raises(ConfigError) as exc:
+        check_run(load_config(tmp_path / "c.toml"))
+    assert one_line(exc.value).startswith(str(tmp_path)) and needle in str(exc.value), exc.value
+    assert exc.value.field == "data.samples"
+
+
 # -- CLI argument lists -----------------------------------------------------------------------------------------
 FLAGS = ["--epochs", "--batch-size", "--lr", "--momentum", "--seed", "--threads", "--limit", "--timing-every",
          "--checkpoint-every", "--optimizer", "--arch", "--dataset", "--ranks"]
