@@ -72,8 +72,9 @@ class RunConfig:
     @property
     def label(self) -> str:
         """What the network is called in the run store and the app: the config's ``name``, else its file's name
-        without the suffix."""
-        return self.name or Path(self.source).stem
+        without the suffix (its characters that are not printable, such as escape sequences and newlines a file's
+        name may hold, as '?'; at most NAME_CHARS of them, as a ``name`` is held to)."""
+        return self.name or "".join(c if c.isprintable() else "?" for c in Path(self.source).stem)[:NAME_CHARS]
 
     def __post_init__(self):
         self.data = _fill("data", self.data, DATA_FIELDS, self.source)

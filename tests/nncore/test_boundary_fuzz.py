@@ -179,6 +179,24 @@ def test_a_synthetic_size_refused_names_the_config_file(tmp_path, monkeypatch, s
     assert exc.value.field == "data.samples"
 
 
+def test_a_run_named_after_its_file_has_no_escape_sequence_or_newline():
+    """`layerlab runs list` showed a file's ESC [31m raw (the terminal turned red) and export wrote its newline."""
+    from nncore.config import RunConfig
+
+    assert RunConfig({}, source="d/ev\x1b[31mRED\x1b[0m\nx.toml").label == "ev?[31mRED?[0m?x"
+    assert RunConfig({}, source="d/" + "n" * 300 + ".toml").label == "n" * 64
+    assert RunConfig({}, source="d/ev\x1b.toml", name="kept").label == "kept"
+
+
+@fuzz(300)
+@given(stem=st.text(min_size=1, max_size=100).filter(lambda t: "/" not in t and "\0" not in t))
+def test_any_file_name_gives_a_printable_run_name_of_at_most_64_characters(stem):
+    from nncore.config import NAME_CHARS, RunConfig
+
+    label = RunConfig({}, source=f"/tmp/{stem}.toml").label
+    assert label.isprintable() and len(label) <= NAME_CHARS and not any(c in label for c in "\n\r\x1b")
+
+
 # -- CLI argument lists -----------------------------------------------------------------------------------------
 FLAGS = ["--epochs", "--batch-size", "--lr", "--momentum", "--seed", "--threads", "--limit", "--timing-every",
          "--checkpoint-every", "--optimizer", "--arch", "--dataset", "--ranks"]
