@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -239,12 +240,13 @@ def load_config(path) -> RunConfig:
         names = ", ".join(sorted(c.stem for c in CONFIG_DIR.glob("*.toml")))
         raise ConfigError(f"the config's name is empty: give a config file or a preset ({names})")
     p = Path(path)
-    if not p.exists() and not p.suffix and (CONFIG_DIR / f"{p}.toml").exists():
+    here = os.path.lexists(p)  # (a symbolic link loop is there, though exists() says no: regular_file names it)
+    if not here and not p.suffix and (CONFIG_DIR / f"{p}.toml").exists():
         p = CONFIG_DIR / f"{p}.toml"
     try:
         size = regular_file(p, "config file")
     except DataError as exc:
-        if not p.exists() and not p.suffix and len(p.parts) == 1:  # a bare name: say which names there are
+        if not here and not p.suffix and len(p.parts) == 1:  # a bare name: say which names there are
             names = ", ".join(sorted(c.stem for c in CONFIG_DIR.glob("*.toml")))
             raise ConfigError(f"{p}: no such file, nor a preset ({names})") from None
         raise ConfigError(str(exc)) from None

@@ -203,7 +203,7 @@ def read_idx(path) -> np.ndarray:
 
 def _find_file(directory: Path, stem: str) -> Path:
     for name in (stem + ".gz", stem, stem.replace("-idx", ".idx") + ".gz", stem.replace("-idx", ".idx")):
-        if (directory / name).exists():
+        if os.path.lexists(directory / name):  # (a broken link or a loop is found, and read_idx says which)
             return directory / name
     raise DataError(f"{directory / stem}: no such file (looked for {stem}[.gz])")
 
@@ -256,7 +256,7 @@ def _idx_dims(path: Path) -> tuple[int, ...]:
         with _open(path) as fh:
             head = fh.read(16)
         size = path.stat().st_size
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:  # (zlib.error: a damaged deflate stream)
         raise DataError(f"{path}: cannot read ({exc})") from None
     dims = _header(path, head)
     need = 4 + 4 * len(dims) + _check_dims(path, dims)
@@ -303,9 +303,20 @@ def describe(name: str | None = None, directory=None, *, samples: int = 1000, no
         directory = Path(directory)
         if not directory.is_dir():
             raise DataError(f"{directory}: no such directory")
-        dims = [_idx_dims(_find_file(directory, stem)) for part in ("train", "test") for stem in IDX_FILES[part]]
-        if len(dims[0]) != 3 or len(dims[2]) != 3:
-            raise DataError(f"{directory}: the image files do not hold images (N, H, W)")
+        paths, dims = [], []
+        for stem in (*IDX_FILES["train"], *IDX_FILES["test"]):  # each file read as found: its problem said first
+            paths.append(_find_file(directory, stem))
+            dims.append(_idx_dims(paths[-1]))
+        # What load_idx_dir checks of the arrays, from the headers, in its words and naming the file at fault.
+        for (img, lab), (d_img, d_lab) in ((paths[:2], dims[:2]), (paths[2:], dims[2:])):
+            if len(d_img) != 3:
+                raise DataError(f"{img}: expected images (N, H, W), got {len(d_img)} dimension(s)")
+            if len(d_lab) != 1:
+                raise DataError(f"{lab}: expected labels (N,), got {len(d_lab)} dimensions")
+            if d_img[0] != d_lab[0]:
+                raise DataError(f"{lab}: {d_lab[0]} labels for {d_img[0]} images in {img.name}")
+        if dims[0][1:] != dims[2][1:]:
+            raise DataError(f"{directory}: train images are {dims[0][1:]}, test images {dims[2][1:]}")
         return DatasetInfo(directory.name, (1, *dims[0][1:]), 10)
     if name in SYNTHETIC:
         _check_synthetic(samples, noise, test_ratio)

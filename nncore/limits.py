@@ -6,6 +6,7 @@ shapes, batch buffers, dataset sizes, checkpoint positions).
 """
 from __future__ import annotations
 
+import errno
 import math
 import os
 import stat
@@ -69,6 +70,8 @@ def regular_file(path, what: str = "file") -> int:
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # (links that lead to each other: the file is there, but never reached)
+            raise DataError(f"{path}: a symbolic link loop (its links lead to each other, never to a file)") from None
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
     if stat.S_ISDIR(st.st_mode):
         raise DataError(f"{path}: is a directory, not a {what}")

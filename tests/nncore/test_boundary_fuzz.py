@@ -369,6 +369,27 @@ def test_special_files_are_refused_at_once(tmp_path, kind, reader):
     assert outcome and isinstance(outcome[0], str) and outcome[0] != "accepted", outcome
 
 
+@pytest.mark.parametrize("reader", ["config", "bare-config", "idx", "idx-dir", "csv"])
+def test_a_symbolic_link_loop_is_named_as_one(tmp_path, monkeypatch, reader):
+    """A loop was "no such file" (exists() says False) or "cannot read (Too many levels of symbolic links)"."""
+    from nncore.tabular import read_csv
+
+    monkeypatch.chdir(tmp_path)
+    name = {"config": "c.toml", "bare-config": "c", "idx": "train-images-idx3-ubyte", "csv": "t.csv"}.get(reader)
+    if reader == "idx-dir":
+        (tmp_path / "d").mkdir()
+        name = "d/train-images-idx3-ubyte"
+    os.symlink("other", tmp_path / name)
+    os.symlink(name.rpartition("/")[2], tmp_path / name.replace(name.rpartition("/")[2], "other"))
+    call = {"config": lambda: load_config(name), "bare-config": lambda: load_config(name),
+            "idx": lambda: data.read_idx(name), "idx-dir": lambda: data.describe(directory="d"),
+            "csv": lambda: read_csv(name)}[reader]
+    with pytest.raises(LayerlabError) as exc:
+        call()
+    assert one_line(exc.value).startswith(f"{name}: a symbolic link loop"), exc.value
+    assert exc.value.exit_code == 2
+
+
 def test_the_module_stayed_within_its_memory_cap():
     """Runs last in this file (pytest keeps file order): the peak RSS the hostile sizes above could add."""
     grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - _peak_at_start
