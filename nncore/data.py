@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError, DataError
-from .limits import INT32_MAX, check_host_memory, check_index, regular_file
+from .limits import INT32_MAX, check_host_memory, check_index, clip, regular_file
 
 ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED_DIR = ROOT / "assets" / "fashion-mnist-subset"
@@ -124,7 +124,8 @@ def _check_synthetic(samples, noise, test_ratio) -> None:
 def synthetic(name: str, samples: int = 1000, noise: float = 0.0, test_ratio: float = 0.2,
               seed: int = 0) -> Dataset:
     if name not in SYNTHETIC:
-        raise ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(SYNTHETIC)}", field="data.dataset")
+        raise ConfigError(f"dataset {clip(str(name), 40)!r} is unknown; choose one of {', '.join(SYNTHETIC)}",
+                          field="data.dataset")
     _check_synthetic(samples, noise, test_ratio)
     rng = np.random.default_rng(seed)
     x, y = _points(name, samples, float(noise), rng)
@@ -335,7 +336,8 @@ def _unknown(name) -> ConfigError:
     """A dataset name that is none of those here: the names that are, and where other data goes."""
     names = list(available_datasets())
     later = "" if "fashion-mnist" in names else " (fashion-mnist once dataset-fashion-mnist is installed)"
-    return ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(names)}{later}; or a directory of "
+    shown = repr(clip(name, 40)) if isinstance(name, str) else repr(name)  # (--dataset may be any length)
+    return ConfigError(f"dataset {shown} is unknown; choose one of {', '.join(names)}{later}; or a directory of "
                        "IDX files or a CSV file (--data, data.path)", field="data.dataset")
 
 

@@ -161,3 +161,11 @@ def test_validation_split_and_limit():
 def test_bad_dataset_arguments(kwargs, needle):
     with pytest.raises(ConfigError, match=needle):
         data.load(**kwargs)
+
+
+@pytest.mark.parametrize("read", [data.describe, data.load, data.synthetic])
+def test_an_unknown_dataset_name_is_quoted_clipped(read):
+    """`--dataset` of 5,000 characters was echoed whole in the error."""
+    with pytest.raises(ConfigError) as exc:
+        read("x" * 5000)
+    assert f"dataset '{'x' * 40}…' is unknown" in str(exc.value) and len(str(exc.value)) < 300
