@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import ConfigError, DataError
 from .fileio import read_npz, write_or_rescue
-from .limits import INT32_MAX
+from .limits import INT32_MAX, clip
 
 FORMAT = 1
 
@@ -44,8 +44,9 @@ def parse_every(text) -> tuple[int, str]:
             if s.endswith(suffix):
                 s = s[: -len(suffix)]
                 break
-    if not (s.isascii() and s.isdigit()) or not 1 <= int(s) <= INT32_MAX:
-        raise ConfigError(f"--checkpoint-every: {text!r} must be N (steps) or Ne (epochs), N >= 1")
+    # (the length first: int() raises ValueError past 4,300 digits; the text is quoted clipped)
+    if not (s.isascii() and s.isdigit()) or len(s.lstrip("0")) > 10 or not 1 <= int(s) <= INT32_MAX:
+        raise ConfigError(f"--checkpoint-every: {clip(str(text))!r} must be N (steps) or Ne (epochs), N >= 1")
     return int(s), unit
 
 

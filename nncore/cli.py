@@ -55,13 +55,13 @@ class _Parser(argparse.ArgumentParser):
 def _int_arg(text: str) -> int:
     """ASCII digits with an optional sign, within 32 bits (the range a field then narrows: "--epochs 0" is
     refused by the run's settings, in their words)."""
-    from nncore.limits import INT32_MAX, signed_digits
+    from nncore.limits import INT32_MAX, clip, signed_digits
 
-    value = signed_digits(text)
+    value = signed_digits(text)  # (the value as given is quoted clipped: it may be thousands of digits)
     if value is None:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number written in digits 0-9")
+        raise argparse.ArgumentTypeError(f"{clip(text)!r} must be a whole number written in digits 0-9")
     if abs(value) > INT32_MAX:
-        raise argparse.ArgumentTypeError(f"{value} is too {'small' if value < 0 else 'large'} "
+        raise argparse.ArgumentTypeError(f"{clip(text.strip())} is too {'small' if value < 0 else 'large'} "
                                          f"(beyond {'-' if value < 0 else ''}{INT32_MAX})")
     return value
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError, DataError
-from .limits import CONFIG_BYTES, CONFIG_DEPTH, INT32_MAX, depth, regular_file
+from .limits import BIG_DIGITS, CONFIG_BYTES, CONFIG_DEPTH, INT32_MAX, clip, depth, regular_file
 from .runtime import ARCHS
 
 try:
@@ -71,8 +73,9 @@ class RunConfig:
     @property
     def label(self) -> str:
         """What the network is called in the run store and the app: the config's ``name``, else its file's name
-        without the suffix."""
-        return self.name or Path(self.source).stem
+        without the suffix (its characters that are not printable, such as escape sequences and newlines a file's
+        name may hold, as '?'; at most NAME_CHARS of them, as a ``name`` is held to)."""
+        return self.name or "".join(c if c.isprintable() else "?" for c in Path(self.source).stem)[:NAME_CHARS]
 
     def __post_init__(self):
         self.data = _fill("data", self.data, DATA_FIELDS, self.source)
@@ -140,8 +143,89 @@ def _fill(section: str, given: dict, spec: dict, source: str) -> dict:
     return out
 
 
-def _no_constant(name: str):
-    raise ConfigError(f"{name} is not a number a config may hold")
+INT_STR_DIGITS = 4300  # int() refuses a longer decimal string with a ValueError (sys.get_int_max_str_digits)
+
+
+class _Refused:
+    """A JSON value refused where it stands (its text is not converted); said with its key path once the whole
+    document is read (json's hooks do not know where they are)."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+
+def _huge(text: str) -> str:
+    digits = len(text.lstrip("+-"))
+    return f"= {clip(text)} ({digits:,} digits) is far beyond the 32-bit range the engine uses"
+
+
+def _json_int(text: str):
+    """json's parse_int: past BIG_DIGITS digits, no int() (it raises ValueError past 4,300 of them)."""
+    return int(text) if len(text.lstrip("-")) <= BIG_DIGITS else _Refused(_huge(text))
+
+
+def _json_float(text: str):
+    """json's parse_float: a number past float's range (1e400) is refused, as NaN and Infinity are, not read as
+    infinity."""
+    value = float(text)
+    return value if math.isfinite(value) else _Refused(f"= {clip(text)} is beyond float's range, not a number "
+                                                       "a config may hold")
+
+
+def _json_constant(name: str) -> _Refused:
+    """json's parse_constant (NaN, Infinity, -Infinity)."""
+    return _Refused(f"= {name} is not a number a config may hold")
+
+
+def _json_object(pairs: list) -> dict:
+    """json's object_pairs_hook: a key given twice is refused (json keeps the last silently; TOML refuses it)."""
+    out = {}
+    for key, value in pairs:
+        out[key] = _Refused("is given twice in its object (a key may be given once)") if key in out else value
+    return out
+
+
+def _key_path(path: str, key) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    part = key if key.isidentifier() else clip(json.dumps(key), 40)  # (a key may hold newlines or escapes)
+    return f"{path}.{part}" if path else part
+
+
+def _refused_value(doc: dict) -> tuple[str, str] | None:
+    """The first value of a parsed config, in the file's order, refused where it stands: a _Refused JSON value
+    or an integer of more than BIG_DIGITS digits (no field takes one, and quoting it whole would make a message
+    of thousands of characters). Returns its key path (``train.epochs``) and the message. Iterative: the
+    nesting is checked already, but a stack costs nothing."""
+    stack = [(_key_path("", k), v) for k, v in reversed(list(doc.items()))]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, _Refused):
+            return path, f"{path} {item.why}"
+        if isinstance(item, int) and not isinstance(item, bool) and abs(item) >= 10**BIG_DIGITS:
+            return path, f"{path} {_huge(str(item))}"
+        if isinstance(item, dict):
+            stack.extend((_key_path(path, k), v) for k, v in reversed(list(item.items())))
+        elif isinstance(item, list):
+            stack.extend((_key_path(path, i), v) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def _toml_value_error(p, text: str, exc: ValueError) -> ConfigError:
+    """tomllib's ValueError other than TOMLDecodeError: int() of an integer past 4,300 digits. Its line is
+    found in the text (tomllib does not say it)."""
+    if "Exceeds the limit" not in str(exc):
+        return ConfigError(f"{p}: invalid TOML ({clip(str(exc), 80)})")
+    m = re.search("[+-]?[0-9_]{%d,}" % (INT_STR_DIGITS + 1), text)
+    if not m:
+        return ConfigError(f"{p}: an integer of more than {INT_STR_DIGITS:,} digits, far beyond the 32-bit range "
+                           "the engine uses")
+    start = text.rfind("\n", 0, m.start()) + 1
+    key = re.search(r"([\w\"'.-]+)\s*=\s*$", text[start:m.start()])  # the key the number is given to
+    return ConfigError(f"{p}:{text.count(chr(10), 0, m.start()) + 1}: {clip(key.group(1), 40) + ' ' if key else ''}"
+                       f"{_huge(m.group())}")
 
 
 def network_name(text: str) -> str:
@@ -156,12 +240,13 @@ def load_config(path) -> RunConfig:
         names = ", ".join(sorted(c.stem for c in CONFIG_DIR.glob("*.toml")))
         raise ConfigError(f"the config's name is empty: give a config file or a preset ({names})")
     p = Path(path)
-    if not p.exists() and not p.suffix and (CONFIG_DIR / f"{p}.toml").exists():
+    here = os.path.lexists(p)  # (a symbolic link loop is there, though exists() says no: regular_file names it)
+    if not here and not p.suffix and (CONFIG_DIR / f"{p}.toml").exists():
         p = CONFIG_DIR / f"{p}.toml"
     try:
         size = regular_file(p, "config file")
     except DataError as exc:
-        if not p.exists() and not p.suffix and len(p.parts) == 1:  # a bare name: say which names there are
+        if not here and not p.suffix and len(p.parts) == 1:  # a bare name: say which names there are
             names = ", ".join(sorted(c.stem for c in CONFIG_DIR.glob("*.toml")))
             raise ConfigError(f"{p}: no such file, nor a preset ({names})") from None
         raise ConfigError(str(exc)) from None
@@ -169,11 +254,13 @@ def load_config(path) -> RunConfig:
         raise ConfigError(f"{p}: {size:,} bytes is too large for a config file (at most {CONFIG_BYTES:,})")
     try:
         with open(p, "rb") as fh:
-            text = fh.read(CONFIG_BYTES + 1).decode("utf-8")
+            # A byte-order mark (Windows editors write one) is not part of the document, as for CSV files.
+            text = fh.read(CONFIG_BYTES + 1).decode("utf-8").removeprefix("\ufeff")
         if len(text) > CONFIG_BYTES:
             raise ConfigError(f"{p}: too large for a config file (at most {CONFIG_BYTES:,} bytes)")
         if p.suffix == ".json":  # what the app hands to `layerlab train` for a distributed run
-            doc = json.loads(text, parse_constant=_no_constant)
+            doc = json.loads(text, parse_constant=_json_constant, parse_int=_json_int, parse_float=_json_float,
+                             object_pairs_hook=_json_object)
             if not isinstance(doc, dict):
                 raise ConfigError(f"{p}: a config must be a JSON object")
         else:
@@ -186,10 +273,17 @@ def load_config(path) -> RunConfig:
         raise ConfigError(f"{p}: invalid TOML ({exc})") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{p}: invalid JSON ({exc})") from None
+    except ConfigError:
+        raise
+    except ValueError as exc:  # (after the decode errors, which are ValueErrors too)
+        raise _toml_value_error(p, text, exc) from None
     except RecursionError:
         raise ConfigError(f"{p}: nested too deeply (at most {CONFIG_DEPTH} levels)") from None
     if depth(doc) > CONFIG_DEPTH:
         raise ConfigError(f"{p}: nested too deeply (at most {CONFIG_DEPTH} levels)")
+    refused = _refused_value(doc)
+    if refused:
+        raise ConfigError(f"{p}: {refused[1]}", field=refused[0])
     unknown = sorted(set(doc) - {"model", "data", "train", "name", "description"})
     if unknown:
         raise ConfigError(f"{p}: unknown table or field {unknown[0]!r} (allowed: model, data, train)")
@@ -251,15 +345,29 @@ def check_run(cfg: RunConfig):
     from .data import describe
 
     d = cfg.data
-    info = describe(cfg.dataset_name(), d["path"], samples=d["samples"], noise=d["noise"], test_ratio=d["test_ratio"],
-                    seed=cfg.train["seed"], limit=d["limit"], csv={k: d[k] for k in CSV_FIELDS})
+    try:
+        info = describe(cfg.dataset_name(), d["path"], samples=d["samples"], noise=d["noise"],
+                        test_ratio=d["test_ratio"], seed=cfg.train["seed"], limit=d["limit"],
+                        csv={k: d[k] for k in CSV_FIELDS})
+    except ConfigError as exc:  # a synthetic set's size or noise, which only the file sets: it is named too
+        if exc.field in _FILE_ONLY_FIELDS:
+            raise _from_file(cfg, exc) from None
+        raise
     try:
         fit_model(cfg.model, info)
     except ConfigError as exc:  # a network read from a file: its error names the file too
-        if Path(cfg.source).is_file() and not str(exc).startswith(cfg.source):
-            raise ConfigError(f"{cfg.source}: {exc}", exc.layer, exc.field, exc.about_data) from None
-        raise
+        raise _from_file(cfg, exc) from None
     return info
+
+
+_FILE_ONLY_FIELDS = ("data.samples", "data.noise", "data.test_ratio")  # (no command-line option sets them)
+
+
+def _from_file(cfg: RunConfig, exc: ConfigError) -> ConfigError:
+    """``exc`` with the config file named first, where the config was read from one that it does not name yet."""
+    if Path(cfg.source).is_file() and not str(exc).startswith(cfg.source):
+        return ConfigError(f"{cfg.source}: {exc}", exc.layer, exc.field, exc.about_data)
+    return exc
 
 
 def preset_configs() -> dict[str, Path]:

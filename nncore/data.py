@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError, DataError
-from .limits import INT32_MAX, check_host_memory, check_index, regular_file
+from .limits import INT32_MAX, check_host_memory, check_index, clip, regular_file
 
 ROOT = Path(__file__).resolve().parent.parent
 EMBEDDED_DIR = ROOT / "assets" / "fashion-mnist-subset"
@@ -114,7 +114,7 @@ def _check_synthetic(samples, noise, test_ratio) -> None:
                           field="data.samples")
     if samples > INT32_MAX:
         raise ConfigError(f"data.samples = {samples:,} is beyond the kernels' 32-bit index range", field="data.samples")
-    check_host_memory(SYNTHETIC_BYTES * samples, f"samples = {samples:,}", field="data.samples")
+    check_host_memory(SYNTHETIC_BYTES * samples, f"data.samples = {samples:,}", field="data.samples")
     if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise <= 1:
         raise ConfigError(f"data.noise = {noise!r} must be in [0, 1]", field="data.noise")
     if isinstance(test_ratio, bool) or not isinstance(test_ratio, (int, float)) or not 0 < test_ratio < 1:
@@ -124,7 +124,8 @@ def _check_synthetic(samples, noise, test_ratio) -> None:
 def synthetic(name: str, samples: int = 1000, noise: float = 0.0, test_ratio: float = 0.2,
               seed: int = 0) -> Dataset:
     if name not in SYNTHETIC:
-        raise ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(SYNTHETIC)}", field="data.dataset")
+        raise ConfigError(f"dataset {clip(str(name), 40)!r} is unknown; choose one of {', '.join(SYNTHETIC)}",
+                          field="data.dataset")
     _check_synthetic(samples, noise, test_ratio)
     rng = np.random.default_rng(seed)
     x, y = _points(name, samples, float(noise), rng)
@@ -203,7 +204,7 @@ def read_idx(path) -> np.ndarray:
 
 def _find_file(directory: Path, stem: str) -> Path:
     for name in (stem + ".gz", stem, stem.replace("-idx", ".idx") + ".gz", stem.replace("-idx", ".idx")):
-        if (directory / name).exists():
+        if os.path.lexists(directory / name):  # (a broken link or a loop is found, and read_idx says which)
             return directory / name
     raise DataError(f"{directory / stem}: no such file (looked for {stem}[.gz])")
 
@@ -256,7 +257,7 @@ def _idx_dims(path: Path) -> tuple[int, ...]:
         with _open(path) as fh:
             head = fh.read(16)
         size = path.stat().st_size
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:  # (zlib.error: a damaged deflate stream)
         raise DataError(f"{path}: cannot read ({exc})") from None
     dims = _header(path, head)
     need = 4 + 4 * len(dims) + _check_dims(path, dims)
@@ -303,9 +304,20 @@ def describe(name: str | None = None, directory=None, *, samples: int = 1000, no
         directory = Path(directory)
         if not directory.is_dir():
             raise DataError(f"{directory}: no such directory")
-        dims = [_idx_dims(_find_file(directory, stem)) for part in ("train", "test") for stem in IDX_FILES[part]]
-        if len(dims[0]) != 3 or len(dims[2]) != 3:
-            raise DataError(f"{directory}: the image files do not hold images (N, H, W)")
+        paths, dims = [], []
+        for stem in (*IDX_FILES["train"], *IDX_FILES["test"]):  # each file read as found: its problem said first
+            paths.append(_find_file(directory, stem))
+            dims.append(_idx_dims(paths[-1]))
+        # What load_idx_dir checks of the arrays, from the headers, in its words and naming the file at fault.
+        for (img, lab), (d_img, d_lab) in ((paths[:2], dims[:2]), (paths[2:], dims[2:])):
+            if len(d_img) != 3:
+                raise DataError(f"{img}: expected images (N, H, W), got {len(d_img)} dimension(s)")
+            if len(d_lab) != 1:
+                raise DataError(f"{lab}: expected labels (N,), got {len(d_lab)} dimensions")
+            if d_img[0] != d_lab[0]:
+                raise DataError(f"{lab}: {d_lab[0]} labels for {d_img[0]} images in {img.name}")
+        if dims[0][1:] != dims[2][1:]:
+            raise DataError(f"{directory}: train images are {dims[0][1:]}, test images {dims[2][1:]}")
         return DatasetInfo(directory.name, (1, *dims[0][1:]), 10)
     if name in SYNTHETIC:
         _check_synthetic(samples, noise, test_ratio)
@@ -324,7 +336,8 @@ def _unknown(name) -> ConfigError:
     """A dataset name that is none of those here: the names that are, and where other data goes."""
     names = list(available_datasets())
     later = "" if "fashion-mnist" in names else " (fashion-mnist once dataset-fashion-mnist is installed)"
-    return ConfigError(f"dataset {name!r} is unknown; choose one of {', '.join(names)}{later}; or a directory of "
+    shown = repr(clip(name, 40)) if isinstance(name, str) else repr(name)  # (--dataset may be any length)
+    return ConfigError(f"dataset {shown} is unknown; choose one of {', '.join(names)}{later}; or a directory of "
                        "IDX files or a CSV file (--data, data.path)", field="data.dataset")
 
 

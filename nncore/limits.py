@@ -6,6 +6,7 @@ shapes, batch buffers, dataset sizes, checkpoint positions).
 """
 from __future__ import annotations
 
+import errno
 import math
 import os
 import stat
@@ -69,6 +70,8 @@ def regular_file(path, what: str = "file") -> int:
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # (links that lead to each other: the file is there, but never reached)
+            raise DataError(f"{path}: a symbolic link loop (its links lead to each other, never to a file)") from None
         raise DataError(f"{path}: cannot read ({exc.strerror})") from None
     if stat.S_ISDIR(st.st_mode):
         raise DataError(f"{path}: is a directory, not a {what}")
@@ -85,13 +88,25 @@ def kernel_file(path) -> bool:
     return real.startswith(("/proc/", "/sys/"))
 
 
+BIG_DIGITS = 30  # digits past which a whole number stands for "too large" (every range here is far below)
+
+
+def clip(text: str, chars: int = 20) -> str:
+    """``text`` cut to ``chars`` characters and "…", for an error that quotes what was given (a 5,000-digit
+    argument must not become a 5,000-character message)."""
+    return text if len(text) <= chars else text[:chars] + "…"
+
+
 def signed_digits(text: str) -> int | None:
-    """ASCII digits with an optional leading minus, as an int; None for anything else."""
+    """ASCII digits with an optional leading minus, as an int; None for anything else. A number of more than
+    BIG_DIGITS significant digits comes back as ±10**BIG_DIGITS: beyond every range checked here, and int()
+    would refuse one of more than 4,300 digits with a ValueError (and takes time growing with its length)."""
     s = text.strip()
     digits = s[1:] if s.startswith("-") else s
     if not (digits.isascii() and digits.isdigit()):
         return None
-    return -int(digits) if s.startswith("-") else int(digits)
+    value = int(digits) if len(digits.lstrip("0")) <= BIG_DIGITS else 10**BIG_DIGITS
+    return -value if s.startswith("-") else value
 
 
 def ascii_int(text: str, what: str, minimum: int = 0) -> int:
@@ -100,11 +115,11 @@ def ascii_int(text: str, what: str, minimum: int = 0) -> int:
     A sign is read, so that "-5" is refused for its value as "0" is."""
     value = signed_digits(text)
     if value is None:
-        raise ConfigError(f"{what} {text!r} must be a whole number written in digits 0-9")
+        raise ConfigError(f"{what} {clip(text)!r} must be a whole number written in digits 0-9")
     if value < minimum:
-        raise ConfigError(f"{what} {value} must be >= {minimum}")
+        raise ConfigError(f"{what} {clip(text.strip())} must be >= {minimum}")
     if value > INT32_MAX:
-        raise ConfigError(f"{what} {value} is too large (beyond {INT32_MAX})")
+        raise ConfigError(f"{what} {clip(text.strip())} is too large (beyond {INT32_MAX})")
     return value
 
 
@@ -116,5 +131,5 @@ def finite_float(text: str, what: str) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value):
-        raise ConfigError(f"{what} {text!r} must be a finite number")
+        raise ConfigError(f"{what} {clip(text)!r} must be a finite number")
     return value

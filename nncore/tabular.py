@@ -35,6 +35,7 @@ from .limits import INT32_MAX, check_host_memory, check_index, regular_file
 MAX_LINE = 1 << 20  # characters in one line: a longer one is refused, not read whole into memory
 MAX_COLUMNS = 65_536
 CHUNK = 20_000  # rows parsed into arrays at a time
+F32_MAX = float(np.finfo(np.float32).max)  # the features are float32: a value past this would become inf
 HEADERS = ("auto", True, False)
 
 # Where progress goes while a file loads: None, or a function of (path, rows, bytes read, file size, whether
@@ -252,20 +253,31 @@ def read_csv(path, *, header="auto", categorical=(), limit: int | None = None, l
     return table
 
 
+def _plain(text: str) -> bool:
+    """Written as a CSV number is: ASCII only, no '_' (float() and numpy also take '1_000' and the digits of
+    other scripts, '０１２', '١٢')."""
+    return text.isascii() and "_" not in text
+
+
 def _numbers(path: Path, name: str, values, lines: np.ndarray, first_line: int) -> np.ndarray:
     """A chunk of a numeric column as float64; a DataError with the line of the first value that is not a
-    finite number."""
-    try:
-        out = np.array(values, dtype=np.float64)
-    except ValueError:
-        out = None
+    finite number written in ASCII digits, sign, point and exponent."""
+    out = None
+    if _plain("".join(values)):  # (one scan of the chunk's text at C speed; a value at a time only to say which)
+        try:
+            out = np.array(values, dtype=np.float64)
+        except ValueError:
+            pass
     if out is not None and np.isfinite(out).all():
         return out
     for v, ln in zip(values, lines):
         try:
-            numeric, ok = True, math.isfinite(float(v))
+            numeric, ok = True, math.isfinite(float(v)) and _plain(v)
         except ValueError:
             numeric, ok = False, False
+        if numeric and not _plain(v):
+            raise DataError(f"{path}:{ln}: column {name!r} holds {v[:40]!r}; a number in a CSV file is written in "
+                            "ASCII digits, sign, point and exponent only")
         if not ok:
             # (nan, inf or a number past float's range: numeric, but not one a network can take)
             why = "a numeric column needs finite numbers" if numeric else (
@@ -274,14 +286,27 @@ def _numbers(path: Path, name: str, values, lines: np.ndarray, first_line: int) 
     raise DataError(f"{path}: column {name!r} could not be read as numbers")  # (not reached)
 
 
+def _past_float32(tbl: Table, rows: np.ndarray, name: str, raw: np.ndarray, z: np.ndarray, enc: dict):
+    """A DataError naming the line of the first row whose feature (``z``, standardised from ``raw``) does not
+    fit float32, or None where all do. Vectorised; the row is looked for only when one does not fit."""
+    if not len(z) or np.abs(z).max() <= F32_MAX:
+        return None
+    j = int(np.flatnonzero(~(np.abs(z) <= F32_MAX))[0])
+    where = f"{tbl.path}:{int(tbl.lines[rows[j]])}: column {name!r} holds {raw[j]:.6g}"
+    if not abs(raw[j]) <= F32_MAX:
+        return DataError(f"{where}, beyond float32's range (±{F32_MAX:.3g}), the features' type")
+    return DataError(f"{where}, which standardised (mean {enc['mean']:.6g}, standard deviation {enc['std']:.6g} of "
+                     f"the training rows) is beyond float32's range (±{F32_MAX:.3g}), the features' type")
+
+
 def _labels(table: Table, rows: np.ndarray, word_of: dict) -> np.ndarray:
     """The label column's values at ``rows`` as strings; numbers written alike ("1", "1.0": "1")."""
     col = table.columns[table.label][rows]
     if table.numeric[table.label]:
         return np.array([np.format_float_positional(v, trim="-") for v in col.tolist()], dtype=object)
     words = [word_of[c] for c in col.tolist()]
-    return np.array([np.format_float_positional(float(w), trim="-") if _is_number(w) else w for w in words],
-                    dtype=object)
+    return np.array([np.format_float_positional(float(w), trim="-") if _plain(w) and _is_number(w) else w
+                     for w in words], dtype=object)  # ('1_000' and '１' stay words: not '1000' and '1')
 
 
 def _class_order(labels) -> list[str]:
@@ -323,6 +348,10 @@ def encode(table: Table, train_rows: np.ndarray, test: tuple[Table, np.ndarray])
             continue
         col_tr = table.columns[i][train_rows]
         if table.numeric[i]:
+            # (first: a training value past float32's range, 1e300, would overflow the mean and deviation too)
+            past = _past_float32(table, train_rows, name, col_tr, col_tr, {})
+            if past:
+                raise past
             mean, std = float(col_tr.mean()), float(col_tr.std())
             encoding[name] = {"mean": mean, "std": std if std > 0 else 1.0}
             layout.append((i, None, 1))
@@ -346,7 +375,11 @@ def encode(table: Table, train_rows: np.ndarray, test: tuple[Table, np.ndarray])
             name = table.names[i]
             if index is None:
                 e = encoding[name]
-                x[:, at] = (col - e["mean"]) / e["std"]
+                z = (col - e["mean"]) / e["std"]
+                past = _past_float32(tbl, rows, name, col, z, e)  # (cast, it would be inf: a nan loss, and exit 0)
+                if past:
+                    raise past
+                x[:, at] = z
             else:
                 k = index[col]
                 hit = k >= 0

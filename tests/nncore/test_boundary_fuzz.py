@@ -41,7 +41,8 @@ def one_line(err: Exception) -> str:
 
 # -- configs -------------------------------------------------------------------------------------------------
 SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
-                    st.text(max_size=12), st.sampled_from([0, 1, 2, 3, 28, 2**31 - 1, 2**31, 2**32, -1, 1e400]))
+                    st.text(max_size=12), st.sampled_from([0, 1, 2, 3, 28, 2**31 - 1, 2**31, 2**32, -1, 1e400,
+                                                           -10**40, 10**400]))
 KEYS = st.sampled_from(["type", "out_features", "kernel_size", "stride", "padding", "out_channels", "in_features",
                         "init", "epochs", "batch_size", "lr", "momentum", "optimizer", "seed", "shuffle", "samples",
                         "dataset", "path", "noise", "limit", "threads", "ranks", "input", "layers", "loss", "x"])
@@ -104,11 +105,104 @@ def test_random_configs_are_accepted_or_refused_in_one_line(tmp_path_factory, do
     _check_config(path)
 
 
+MLP = '[model]\ninput = [2]\nloss = "bce"\nlayers = [{type = "Linear", out_features = %s}]\n'
+JMLP = '{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": 1}]}, %s}'
+
+
+@pytest.mark.parametrize("name,text,needle", [
+    ("c.toml", "x = " + "9" * 4301 + "\n", "c.toml:1: x = 99999999999999999999… (4,301 digits) is far beyond"),
+    ("c.toml", MLP % ("9" * 4400), "c.toml:4: out_features = 99999999999999999999… (4,400 digits)"),
+    ("c.toml", MLP % 1 + "[train]\nseed = -" + "9" * 5000 + "\n", "c.toml:6: seed = -9999999999999999999… (5,000"),
+    ("c.toml", MLP % ("9" * 4000), "c.toml: model.layers[0].out_features = 99999999999999999999… (4,000 digits)"),
+    ("c.toml", MLP % ("9" * 40), "c.toml: model.layers[0].out_features = 99999999999999999999… (40 digits)"),
+    ("c.json", JMLP % ('"train": {"epochs": ' + "9" * 5000 + "}"), "c.json: train.epochs = 99999999999999999999… (5,000"),
+    ("c.json", JMLP % ('"data": {"a b": [1, -' + "9" * 100 + "]}"), 'c.json: data."a b"[1] = -9999999999999999999… (100'),
+], ids=["toml-4301", "toml-layer-4400", "toml-minus-5000", "toml-layer-4000", "toml-40", "json-5000", "json-list-100"])
+def test_integers_of_thousands_of_digits_are_refused_by_key_in_one_short_line(tmp_path, name, text, needle):
+    """int() refuses more than 4,300 digits: tomllib and json raised its ValueError (a traceback, exit 1); and
+    below that a 4,000-digit value was quoted whole in the error."""
+    from nncore.errors import ConfigError
+
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(tmp_path / name)
+    msg = one_line(exc.value)
+    assert needle in msg and len(msg) < len(str(tmp_path)) + 140, msg
+    assert exc.value.exit_code == 2
+
+
+@pytest.mark.parametrize("text,needle", [
+    (JMLP % '"train": {"lr": 1e400}', "c.json: train.lr = 1e400 is beyond float's range"),
+    (JMLP % '"train": {"lr": Infinity}', "c.json: train.lr = Infinity is not a number a config may hold"),
+    (JMLP % '"data": {"noise": [0, -Infinity]}', "c.json: data.noise[1] = -Infinity is not a number"),
+    ('{"model": {"input": [2], "loss": "bce", "layers": [{"type": "Linear", "out_features": NaN}]}}',
+     "c.json: model.layers[0].out_features = NaN is not a number"),
+    (JMLP % '"train": {"epochs": 1, "epochs": 2}', "c.json: train.epochs is given twice in its object"),
+    (JMLP % '"model": {}', "c.json: model is given twice in its object"),
+], ids=["1e400", "Infinity", "-Infinity-in-list", "NaN-in-layer", "twice", "twice-top"])
+def test_json_numbers_json_cannot_hold_and_repeated_keys_are_refused_by_file_and_key(tmp_path, text, needle):
+    """Infinity and NaN were refused naming neither the file nor the key ("Infinity is not a number a config
+    may hold"), 1e400 was read as infinity, and a key given twice silently kept its last value."""
+    from nncore.errors import ConfigError
+
+    (tmp_path / "c.json").write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(tmp_path / "c.json")
+    assert needle in one_line(exc.value) and str(tmp_path) in str(exc.value)
+
+
+@pytest.mark.parametrize("name", ["c.toml", "c.json"])
+def test_a_byte_order_mark_before_a_config_is_accepted(tmp_path, name):
+    """tomllib said "invalid TOML (Invalid statement (at line 1, column 1))" and json "Unexpected UTF-8 BOM"."""
+    text = MLP % 3 if name == "c.toml" else JMLP % '"train": {"epochs": 3}'
+    (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + text.encode())
+    cfg = load_config(tmp_path / name)
+    assert cfg.model["input"] == [2]
+    assert (cfg.model["layers"][0]["out_features"] if name == "c.toml" else cfg.train["epochs"]) == 3
+
+
+@pytest.mark.parametrize("samples,needle", [
+    (1, "c.toml: data.samples = 1 must be a whole number of at least 4"),
+    (1_000_000, "c.toml: data.samples = 1,000,000 needs about 0.1 GiB, more than the 0.0 GiB of host memory"),
+])
+def test_a_synthetic_size_refused_names_the_config_file(tmp_path, monkeypatch, samples, needle):
+    """The size checks of a synthetic set said "data.samples = 1 must be ..." and "samples = ... needs about
+    ... GiB" without the file that set it."""
+    from nncore import limits
+    from nncore.errors import ConfigError
+
+    monkeypatch.setattr(limits, "host_memory", lambda: 1 << 20)
+    (tmp_path / "c.toml").write_text(MLP % 1 + f'[data]\ndataset = "circle"\nsamples = {samples}\n')
+    with pytest.raises(ConfigError) as exc:
+        check_run(load_config(tmp_path / "c.toml"))
+    assert one_line(exc.value).startswith(str(tmp_path)) and needle in str(exc.value), exc.value
+    assert exc.value.field == "data.samples"
+
+
+def test_a_run_named_after_its_file_has_no_escape_sequence_or_newline():
+    """`layerlab runs list` showed a file's ESC [31m raw (the terminal turned red) and export wrote its newline."""
+    from nncore.config import RunConfig
+
+    assert RunConfig({}, source="d/ev\x1b[31mRED\x1b[0m\nx.toml").label == "ev?[31mRED?[0m?x"
+    assert RunConfig({}, source="d/" + "n" * 300 + ".toml").label == "n" * 64
+    assert RunConfig({}, source="d/ev\x1b.toml", name="kept").label == "kept"
+
+
+@fuzz(300)
+@given(stem=st.text(min_size=1, max_size=100).filter(lambda t: "/" not in t and "\0" not in t))
+def test_any_file_name_gives_a_printable_run_name_of_at_most_64_characters(stem):
+    from nncore.config import NAME_CHARS, RunConfig
+
+    label = RunConfig({}, source=f"/tmp/{stem}.toml").label
+    assert label.isprintable() and len(label) <= NAME_CHARS and not any(c in label for c in "\n\r\x1b")
+
+
 # -- CLI argument lists -----------------------------------------------------------------------------------------
 FLAGS = ["--epochs", "--batch-size", "--lr", "--momentum", "--seed", "--threads", "--limit", "--timing-every",
          "--checkpoint-every", "--optimizer", "--arch", "--dataset", "--ranks"]
 ARG_VALUES = st.one_of(st.sampled_from(["0", "1", "-1", "5", "2147483648", "1e9", "nan", "inf", "-inf", "²", "５",
-                                        " 7", "0x10", "1_000", "", "adam", "sgd", "cuda", "2e", "3steps", "٣"]),
+                                        " 7", "0x10", "1_000", "", "adam", "sgd", "cuda", "2e", "3steps", "٣",
+                                        "9" * 5000, "-" + "9" * 5000]),
                        st.text(max_size=6), st.integers(-2**40, 2**40).map(str))
 
 
@@ -123,6 +217,8 @@ def test_random_argument_lists_parse_or_exit_2_in_one_line(args):
             parsed = cli._parser().parse_args(argv)
     except SystemExit as exc:
         assert exc.code == 2 and len(err.getvalue().strip().splitlines()) == 1, err.getvalue()
+        if "invalid choice" not in err.getvalue():  # (argparse's own choices message quotes it whole)
+            assert len(err.getvalue()) < 200, err.getvalue()  # a number is quoted clipped, not in full
         return
     try:
         cfg = cli._config(parsed)
@@ -131,6 +227,37 @@ def test_random_argument_lists_parse_or_exit_2_in_one_line(args):
             ckpt.parse_every(parsed.checkpoint_every)
     except LayerlabError as exc:
         one_line(exc)
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--epochs", "9" * 5000, "--epochs: 99999999999999999999… is too large (beyond 2147483647)"),
+    ("--seed", "-" + "9" * 5000, "--seed: -9999999999999999999… is too small"),
+    ("--epochs", "x" * 5000, "--epochs: 'xxxxxxxxxxxxxxxxxxxx…' must be a whole number written in digits 0-9"),
+    ("--lr", "9" * 5000, "--lr: '99999999999999999999…' must be a finite number"),
+], ids=["epochs-digits", "seed-minus-digits", "epochs-letters", "lr-digits"])
+def test_an_argument_of_thousands_of_digits_is_named_by_its_flag_and_clipped(capsys, flag, value, needle):
+    """Past 4,300 digits int() raised a ValueError, which argparse reported as "invalid _int_arg value: " and
+    the whole value."""
+    with pytest.raises(SystemExit) as exc:
+        cli._parser().parse_args(["train", "quadrant", flag, value])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1 and len(err) < 120, err
+    assert needle in err and "_int_arg" not in err, err
+
+
+def test_checkpoint_every_of_thousands_of_digits_is_a_config_error():
+    from nncore.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^--checkpoint-every: '9{20}…' must be N"):
+        ckpt.parse_every("9" * 5000)  # (int() raised ValueError past 4,300 digits)
+
+
+def test_ascii_int_clips_what_it_quotes():
+    from nncore.errors import ConfigError
+    from nncore.limits import ascii_int
+
+    with pytest.raises(ConfigError, match=r"^--batch entry 9{20}… is too large \(beyond 2147483647\)$"):
+        ascii_int("9" * 5000, "--batch entry")
 
 
 # -- IDX headers --------------------------------------------------------------------------------------------------
@@ -240,6 +367,27 @@ def test_special_files_are_refused_at_once(tmp_path, kind, reader):
     worker.join(10)
     assert not worker.is_alive(), f"{reader} blocked on {kind}"
     assert outcome and isinstance(outcome[0], str) and outcome[0] != "accepted", outcome
+
+
+@pytest.mark.parametrize("reader", ["config", "bare-config", "idx", "idx-dir", "csv"])
+def test_a_symbolic_link_loop_is_named_as_one(tmp_path, monkeypatch, reader):
+    """A loop was "no such file" (exists() says False) or "cannot read (Too many levels of symbolic links)"."""
+    from nncore.tabular import read_csv
+
+    monkeypatch.chdir(tmp_path)
+    name = {"config": "c.toml", "bare-config": "c", "idx": "train-images-idx3-ubyte", "csv": "t.csv"}.get(reader)
+    if reader == "idx-dir":
+        (tmp_path / "d").mkdir()
+        name = "d/train-images-idx3-ubyte"
+    os.symlink("other", tmp_path / name)
+    os.symlink(name.rpartition("/")[2], tmp_path / name.replace(name.rpartition("/")[2], "other"))
+    call = {"config": lambda: load_config(name), "bare-config": lambda: load_config(name),
+            "idx": lambda: data.read_idx(name), "idx-dir": lambda: data.describe(directory="d"),
+            "csv": lambda: read_csv(name)}[reader]
+    with pytest.raises(LayerlabError) as exc:
+        call()
+    assert one_line(exc.value).startswith(f"{name}: a symbolic link loop"), exc.value
+    assert exc.value.exit_code == 2
 
 
 def test_the_module_stayed_within_its_memory_cap():

@@ -84,10 +84,27 @@ def _corrupt(tmp_path, how):
         (tmp_path / "train-images-idx3-ubyte").unlink()
         (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b garbage")
         return "train-images-idx3-ubyte.gz: cannot read"
+    if how == "deflate":  # a gzip header, then a damaged deflate stream: zlib.error, not OSError
+        packed = gzip.compress(img.read_bytes(), mtime=0)
+        img.unlink()
+        (tmp_path / "train-images-idx3-ubyte.gz").write_bytes(packed[:10] + b"\xff" * 64)
+        return "train-images-idx3-ubyte.gz: cannot read (Error -3 while decompressing data"
+    if how == "1d-images":
+        write_idx(img, np.zeros(13))
+        return "train-images-idx3-ubyte: expected images (N, H, W), got 1 dimension(s)"
+    if how == "3d-labels":
+        write_idx(lab, np.zeros((13, 2, 2)))
+        return "train-labels-idx1-ubyte: expected labels (N,), got 3 dimensions"
+    if how == "loop":
+        lab.unlink()
+        lab.symlink_to(tmp_path / "other")
+        (tmp_path / "other").symlink_to(lab)
+        return "train-labels-idx1-ubyte: a symbolic link loop"
     raise AssertionError(how)
 
 
-@pytest.mark.parametrize("how", ["missing", "magic", "empty", "truncated", "counts", "labels", "dtype", "gzip"])
+@pytest.mark.parametrize("how", ["missing", "magic", "empty", "truncated", "counts", "labels", "dtype", "gzip", "deflate",
+                                 "1d-images", "3d-labels", "loop"])
 def test_bad_idx_files_raise_data_error_naming_the_file(tmp_path, how):
     needle = _corrupt(tmp_path, how)
     with pytest.raises(DataError) as err:
@@ -95,10 +112,12 @@ def test_bad_idx_files_raise_data_error_naming_the_file(tmp_path, how):
     assert needle in str(err.value)
 
 
-@pytest.mark.parametrize("how", ["missing", "magic", "truncated", "trailing", "dtype", "gzip"])
+@pytest.mark.parametrize("how", ["missing", "magic", "truncated", "trailing", "dtype", "gzip", "deflate", "1d-images",
+                                 "3d-labels", "counts", "loop"])
 def test_describe_refuses_what_load_would_from_headers_and_sizes(tmp_path, how):
     """describe() (what the app checks as a path is typed) reads no body, yet refuses a short or long
-    uncompressed file as load() does, with the same message naming the file."""
+    uncompressed file as load() does, with the same message naming the file. (A damaged deflate stream was a
+    zlib.error traceback; 1-D images named the directory; a link loop was "no such file".)"""
     if how == "trailing":
         make_idx_dir(tmp_path, gz=False)
         img = tmp_path / "t10k-images-idx3-ubyte"
@@ -142,3 +161,11 @@ def test_validation_split_and_limit():
 def test_bad_dataset_arguments(kwargs, needle):
     with pytest.raises(ConfigError, match=needle):
         data.load(**kwargs)
+
+
+@pytest.mark.parametrize("read", [data.describe, data.load, data.synthetic])
+def test_an_unknown_dataset_name_is_quoted_clipped(read):
+    """`--dataset` of 5,000 characters was echoed whole in the error."""
+    with pytest.raises(ConfigError) as exc:
+        read("x" * 5000)
+    assert f"dataset '{'x' * 40}…' is unknown" in str(exc.value) and len(str(exc.value)) < 300

@@ -66,6 +66,28 @@ def test_mutated_idx_directories(tmp_path_factory, cuts, truncate, gz):
     assert ds.x_train.dtype == np.float32 and 0 <= ds.x_train.min() and ds.x_train.max() <= 1
 
 
+@fuzz(150)
+@given(flips=st.lists(st.tuples(st.integers(10, 120), st.integers(0, 255)), min_size=1, max_size=4))
+def test_damaged_gzip_streams_are_refused_naming_the_file(tmp_path_factory, flips):
+    """Bytes changed inside the compressed stream (past gzip's header): zlib.error escaped describe()."""
+    d = tmp_path_factory.mktemp("mnist-gz")
+    rng = np.random.default_rng(0)
+    files = {"train-images-idx3-ubyte": rng.integers(0, 256, (6, 4, 5)), "train-labels-idx1-ubyte":
+             rng.integers(0, 10, 6), "t10k-images-idx3-ubyte": rng.integers(0, 256, (3, 4, 5)),
+             "t10k-labels-idx1-ubyte": rng.integers(0, 10, 3)}
+    for i, (name, arr) in enumerate(files.items()):
+        raw = bytearray(gzip.compress(_idx(arr), mtime=0))
+        if i == 0:
+            for pos, val in flips:
+                raw[pos % len(raw)] = val
+        (d / (name + ".gz")).write_bytes(bytes(raw))
+    for read in (lambda: data.describe(directory=d), lambda: data.load(directory=d)):
+        try:
+            read()
+        except DataError as err:
+            assert "\n" not in str(err) and str(d) in str(err)
+
+
 scalars = st.one_of(st.integers(-3, 70), st.floats(-1, 2), st.just(float("nan")), st.booleans(), st.text(max_size=6),
                     st.none())
 layer_st = st.one_of(

@@ -163,6 +163,13 @@ def test_unseen_test_category_is_all_zeros_and_counted(tmp_path, rng):
     ("1,2,x\n1,2,x\n", "one label (x)"),
     ("x\ny\n", "no feature columns besides the label"),
     ('1,2,x\n3,4,y\n5,"6,x\n7,8,y\n', ":3: 2 fields, expected 3"),  # an open quote runs to the end
+    # float() and numpy read these as 1000, 3 and 1: a CSV number is ASCII digits, sign, point, exponent
+    ("1,2,x\n3,4,y\n1_000,2,x\n", ":3: column '0' holds '1_000'; a number in a CSV file is written in ASCII digits"),
+    ("1,2,x\n\uff13,4,y\n5,6,x\n", ":2: column '0' holds '\uff13'; a number in a CSV file is written in ASCII"),
+    ("\u0661,2,x\n3,4,y\n", ":1: column '0' holds '\u0661'; a number in a CSV file"),
+    # finite as float64, past float32 (the features' type): cast to inf, a nan loss and exit 0
+    ("1,2,x\n3,4,y\n1e300,6,x\n", ":3: column '0' holds 1e+300, beyond float32's range"),
+    ("1,-4e38,x\n3,4,y\n5,6,x\n", ":1: column '1' holds -4e+38, beyond float32's range"),
 ])
 def test_malformed_files_are_one_line_errors_with_the_line(tmp_path, text, culprit):
     path = tmp_path / "bad.csv"
@@ -255,7 +262,8 @@ def test_trains_on_a_real_table_that_scikit_learn_ships(tmp_path):
 @fuzz(300)
 @given(body=st.one_of(st.binary(max_size=400),
                       st.lists(st.lists(st.sampled_from(["1", "-2.5", "x", "tcp", "", " ", "nan", "1e999", '"',
-                                                          "a,b", "é", "\x00"]), min_size=1, max_size=5),
+                                                          "a,b", "é", "\x00", "1e300",
+                                                          "1_0", "３"]), min_size=1, max_size=5),
                                max_size=12).map(lambda rows: "\n".join(",".join(r) for r in rows).encode("utf-8"))),
        gz=st.booleans(), header=st.sampled_from(["auto", True, False]))
 def test_random_files_load_or_fail_in_one_line(tmp_path, body, gz, header):
@@ -328,9 +336,33 @@ def test_a_file_is_read_once_for_several_checks_and_errors_are_kept(tmp_path, rn
     assert load(None, good, csv={"label": 1}).n_classes == 3 and reads == [good, bad]  # a new label: no new read
 
 
+@pytest.mark.parametrize("train,test,culprit", [
+    ("0,1,a\n1,2,b\n2,3,a\n", "1,2,a\n3,1,b\n1e300,1,b\n", "test.csv:3: column '0' holds 1e+300, beyond float32's range"),
+    # within float32, but standardised by a deviation of 5e-31 it is 2e40
+    ("0,1,a\n1e-30,2,b\n0,3,a\n1e-30,1,b\n", "0,2,a\n1e10,1,b\n",
+     "test.csv:2: column '0' holds 1e+10, which standardised (mean 5e-31, standard deviation 5e-31"),
+])
+def test_a_test_file_value_past_float32_is_refused_with_its_line(tmp_path, train, test, culprit):
+    """1e300 in a test file was cast to inf: numpy's 'overflow encountered in cast' warning, then 'test loss nan'
+    and exit 0."""
+    (tmp_path / "train.csv").write_text(train)
+    (tmp_path / "test.csv").write_text(test)
+    with pytest.raises(DataError) as exc:
+        load(None, tmp_path / "train.csv", csv={"test_path": str(tmp_path / "test.csv")})
+    assert culprit in str(exc.value) and str(exc.value).startswith(str(tmp_path / "test.csv")), exc.value
+
+
+def test_a_word_label_that_float_reads_as_a_number_stays_its_own_class(tmp_path):
+    """Labels '1_000' and '1000' were one class: float('1_000') is 1000."""
+    (tmp_path / "t.csv").write_text("1,x\n2,1000\n3,1_000\n4,x\n")
+    ds = load(None, tmp_path / "t.csv", csv={"header": False})
+    assert ds.n_classes == 3 and sorted(ds.meta["classes"]) == ["1000", "1_000", "x"]
+
+
 @pytest.mark.parametrize("text,culprit", [
     ("", "empty (no header and no rows)"),
     ("1,2,x\n3,4,y\n5,abc,x\n", ":3: column '1' holds 'abc'"),
+    ("1,2,x\n3,4,y\n5,1e300,x\n", ":3: column '1' holds 1e+300, beyond float32's range"),
     (",".join(f"c{i}" for i in range(tabular.MAX_COLUMNS + 1)) + "\n", ":1: 65,537 columns, more than"),
 ])
 def test_the_cli_gives_one_line_and_exit_2(tmp_path, capsys, text, culprit):
