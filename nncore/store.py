@@ -180,12 +180,20 @@ class Store:
                 raise StoreError(f"run store {self.path}: a database, but not a layerlab run store")
             return None
         row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        version = int(row[0]) if row and str(row[0]).isdigit() else None
-        if version is None:
+        if row is None:
             raise StoreError(f"run store {self.path}: no schema version; not a layerlab run store")
+        text = str(row[0])
+        # ASCII digits only: '²' passes isdigit() and int() refuses it.
+        if not (text.isascii() and text.isdigit()):
+            raise StoreError(f"run store {self.path}: schema version {text[:20]!r} is not a number; damaged, or "
+                             "not a layerlab run store")
+        version = int(text)
         if version > SCHEMA_VERSION:
             raise StoreError(f"run store {self.path}: schema version {version} is from a newer layerlab "
                              f"(this one reads up to {SCHEMA_VERSION}); it is left as it is")
+        if version < 1 or any(v not in MIGRATIONS for v in range(version, SCHEMA_VERSION)):
+            raise StoreError(f"run store {self.path}: schema version {version} was never written by layerlab "
+                             f"(versions 1 to {SCHEMA_VERSION}); damaged, it is left as it is")
         return version
 
     def _migrate(self) -> None:

@@ -85,11 +85,17 @@ def test_two_runs_writing_at_once_lose_nothing(tmp_path):
     assert [r["epochs_done"] for r in runs] == [12, 12]
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "other-database", "fifo", "directory"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other-database", "fifo", "directory", "version 0",
+                                    "version \u00b2", "version x"])
 def test_a_damaged_store_is_named_and_the_run_goes_on_without_it(tmp_path, damage):
     path = tmp_path / "runs.sqlite"
     Store(path).close()
-    if damage == "garbage":
+    if damage.startswith("version"):  # a schema version no layerlab wrote ('²' passes str.isdigit, not int)
+        db = sqlite3.connect(path)
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (damage.split()[1],))
+        db.commit()
+        db.close()  # (the WAL folded into the file before its fingerprint is taken)
+    elif damage == "garbage":
         path.write_bytes(os.urandom(5000))
     elif damage == "truncated":
         path.write_bytes(path.read_bytes()[:100])
