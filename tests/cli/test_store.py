@@ -179,6 +179,79 @@ def test_runs_list_show_compare_export_and_rm(tmp_path):
     one_line_error(proc, f"run {serial}: not in {path}")
 
 
+def _three_runs(path) -> list[int]:
+    """Three finished one-epoch runs written through the store's own API; their ids, oldest first."""
+    store = Store(path)
+    ids = []
+    for i in range(3):
+        run_id = store.begin("train", f"net{i}", {"train": {"batch_size": 8}}, arch="cpu-serial", threads=1)
+        store.add_epoch(run_id, {"epoch": 1, "steps": 4, "train_loss": 0.5, "test_loss": 0.6, "test_acc": 0.75,
+                                 "samples_per_s": 100.0, "epoch_s": 0.32},
+                        [{"step": s, "epoch": 1, "loss": 0.5, "samples_per_s": 100.0} for s in range(1, 5)])
+        store.update(run_id, status="finished", ended=time.time(), summary=json.dumps({"event": "run_finished"}))
+        ids.append(run_id)
+    store.close()
+    return ids
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("UPDATE runs SET config = '{x' WHERE id = ?", "its config is not JSON"),
+    ("UPDATE runs SET started = 'garbage' WHERE id = ?", "its started is 'garbage', not a number"),
+    ("UPDATE runs SET started = 1e300 WHERE id = ?", "its started is 1e+300, not a time"),
+    ("UPDATE runs SET summary = '[1]' WHERE id = ?", "its summary is not a JSON object"),
+    ("UPDATE runs SET status = 'running', pid = 'x' WHERE id = ?", "its pid is 'x', not a whole number"),
+    ("UPDATE epochs SET epoch_s = 'slow' WHERE run_id = ?", "an epoch's epoch_s is 'slow', not a number")])
+def test_a_damaged_run_is_named_and_the_others_still_read(tmp_path, damage, reason):
+    path = tmp_path / "runs.sqlite"
+    ids = _three_runs(path)
+    db = sqlite3.connect(path)
+    db.execute(damage, (ids[1],))  # (edited by hand)
+    db.commit()
+    db.close()
+    named = f"run {ids[1]} in {path}: damaged ({reason})"
+    proc = layerlab("runs", "--store", path, "list", "--json")
+    assert proc.returncode == 0 and [r["id"] for r in json.loads(proc.stdout)] == [ids[2], ids[0]]
+    one_line_error(proc, named + "; not listed")
+    proc = layerlab("runs", "--store", path, "list")
+    assert proc.returncode == 0 and "net2" in proc.stdout and "net0" in proc.stdout and "net1" not in proc.stdout
+    one_line_error(proc, named)
+    if "epoch" not in damage:  # (show reads the epochs' events, which are whole)
+        proc = layerlab("runs", "--store", path, "show", ids[1])
+        assert proc.returncode == 2 and not proc.stdout
+        one_line_error(proc, named)
+    if "config" not in damage:
+        return
+    proc = layerlab("runs", "--store", path, "compare", ids[0], ids[1], "--json")
+    assert proc.returncode == 2 and not proc.stdout
+    one_line_error(proc, named)
+    proc = layerlab("runs", "--store", path, "export", "--all", "--json", "-")
+    assert proc.returncode == 0 and [r["id"] for r in json.loads(proc.stdout)] == [ids[2], ids[0]]
+    one_line_error(proc, named + "; not exported")
+    proc = layerlab("runs", "--store", path, "export", ids[1], "--csv", "-")
+    assert proc.returncode == 2 and not proc.stdout
+    one_line_error(proc, named)
+    proc = layerlab("runs", "--store", path, "rm", ids[1])  # a damaged run can be removed
+    assert proc.returncode == 0, proc.stderr
+    proc = layerlab("runs", "--store", path, "list", "--json")
+    assert [r["id"] for r in json.loads(proc.stdout)] == [ids[2], ids[0]] and not proc.stderr
+
+
+def test_a_damaged_epoch_event_or_point_is_named_by_show(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    ids = _three_runs(path)
+    store = Store(path)
+    bench = store.add_finished("bench", "net-1h", {}, [{"arch": "cpu-serial", "batch": 8, "samples_per_s": 10.0}])
+    store.db.execute("UPDATE epochs SET event = '{\"epoch\": 1}' WHERE run_id = ?", (ids[0],))
+    store.db.execute("UPDATE points SET data = '{\"batch\": \"eight\"}' WHERE run_id = ?", (bench,))
+    with pytest.raises(StoreError, match=re.escape(f"run {ids[0]} in {path}: damaged (its epoch 1: no steps)")):
+        store.run(ids[0])
+    with pytest.raises(StoreError, match=re.escape(f"run {bench} in {path}: damaged (its point 0: batch is "
+                                                   "'eight', not a number)")):
+        store.run(bench)
+    assert store.run(ids[1])["epochs"][0]["epoch_s"] == 0.32  # the others read
+    store.close()
+
+
 def test_no_store_records_nothing_and_a_failed_run_is_recorded(tmp_path):
     home = tmp_path / "home"
     proc = layerlab("train", "quadrant", "--epochs", "1", "--no-store", env={**os.environ, "LAYERLAB_HOME": str(home)})

@@ -186,6 +186,26 @@ async def test_a_running_run_is_not_deleted_and_a_sweep_has_no_curves(fixed_env)
         assert "is a sweep stopped after 1 of 3 points" in shown and "`layerlab runs show" in shown, shown
 
 
+@pytest.mark.parametrize("damage, reason", [("config = '{x'", "its config is not JSON"),
+                                           ("started = 'garbage'", "its started is 'garbage', not a number")])
+async def test_a_damaged_run_is_named_and_the_others_are_listed(fixed_env, damage, reason):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        cfg = app._run_config()
+        ids = [record(app.store, scripted_run(epochs=1), cfg) for _ in range(3)]
+        app.store.db.execute(f"UPDATE runs SET {damage} WHERE id = ?", (ids[1],))  # (edited by hand)
+        app._show_runs()
+        await pilot.press("4")
+        await pilot.pause()
+        assert [int(r["id"]) for r in _rows(app)] == [ids[2], ids[0]]
+        hint = str(app.query_one("#runs-hint").render())
+        assert f"✗ run {ids[1]} in {app.store.path}: damaged ({reason}); not shown" in hint
+        assert "runs 1–2 of 2 ·" in hint  # (not "more load as you go down": the damaged run is not counted)
+        await pilot.press("down")  # the oldest run: its curves, as recorded
+        await pilot.pause()
+        assert app.query_one("#runs-loss", Chart).series["test"][1] == pytest.approx([0.65])
+
+
 async def test_rerun_from_the_store(fixed_env, fake_runs):
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
