@@ -167,6 +167,11 @@ def _process_start(pid: int) -> str | None:
         return None
 
 
+def _read_only(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused a write because the file (or its directory) may only be read."""
+    return getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY") or "readonly" in str(exc)
+
+
 def _alive(pid: int, start: str | None) -> bool:
     if not isinstance(pid, int) or pid <= 0:  # a damaged row's pid: no process of ours (0, -1: process groups)
         return False
@@ -291,10 +296,19 @@ class Store:
                                (host,)).fetchall()
         dead = [r[0] for r in rows if not _alive(r[1], r[2])]
         if dead:
-            with self._write():
-                self.db.executemany("UPDATE runs SET status = 'died', error = COALESCE(error, "
-                                    "'the process ended without finishing the run') WHERE id = ?",
-                                    [(i,) for i in dead])
+            try:
+                with self._write():
+                    self.db.executemany("UPDATE runs SET status = 'died', error = COALESCE(error, "
+                                        "'the process ended without finishing the run') WHERE id = ?",
+                                        [(i,) for i in dead])
+            except sqlite3.OperationalError as exc:
+                if not _read_only(exc):
+                    raise
+                # A store this process may only read is still read: the next writer marks them.
+
+    def _cannot_change(self, exc: sqlite3.Error) -> StoreError:
+        """A write the store refused, in one line naming the file."""
+        return StoreError(f"cannot change {self.path}: " + (f"read-only ({exc})" if _read_only(exc) else str(exc)))
 
     def close(self) -> None:
         self.db.close()
@@ -373,8 +387,11 @@ class Store:
                             "WHERE id = ? AND status = 'running'", (time.time(), error, run_id))
 
     def remove(self, run_ids: list[int]) -> int:
-        with self._write():
-            cur = self.db.executemany("DELETE FROM runs WHERE id = ?", [(i,) for i in run_ids])
+        try:
+            with self._write():
+                cur = self.db.executemany("DELETE FROM runs WHERE id = ?", [(i,) for i in run_ids])
+        except sqlite3.Error as exc:
+            raise self._cannot_change(exc) from None
         return cur.rowcount
 
     # -- reading ------------------------------------------------------------------------------------------------

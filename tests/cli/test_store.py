@@ -252,6 +252,42 @@ def test_a_damaged_epoch_event_or_point_is_named_by_show(tmp_path):
     store.close()
 
 
+def _read_only(monkeypatch, path) -> None:
+    """SQLite opens ``path`` read-only from here on (SQLITE_OPEN_READONLY), as for a user who may not write it
+    (file modes do not stop root, who runs the suite in containers)."""
+    connect = sqlite3.connect
+
+    def read_only(database, *args, **kwargs):
+        if str(database) == str(path):
+            return connect(f"file:{path}?mode=ro", *args, uri=True, **kwargs)
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", read_only)
+
+
+def test_a_read_only_store_lists_and_its_rm_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    from nncore.cli import main
+
+    path = tmp_path / "runs.sqlite"
+    ids = _three_runs(path)
+    store = Store(path)  # and a run left running by a process that is gone (another start time: not this one)
+    gone = store.begin("train", "gone", {})
+    store.db.execute("UPDATE runs SET pid_start = '0' WHERE id = ?", (gone,))
+    store.close()
+    _read_only(monkeypatch, path)
+    assert main(["runs", "--store", str(path), "list", "--json"]) == 0  # marking it died is left to a writer
+    out, err = capsys.readouterr()
+    assert [(r["id"], r["status"]) for r in json.loads(out)] == [(gone, "running"), *((i, "finished") for i in
+                                                                                      ids[::-1])] and not err
+    assert main(["runs", "--store", str(path), "rm", str(ids[0])]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err == (f"layerlab: error: cannot change {path}: read-only (attempt to write a readonly "
+                               "database)\n")
+    monkeypatch.undo()
+    assert [r["id"] for r in Store(path).runs()] == [gone, *ids[::-1]]  # (and now it could be marked died)
+    assert Store(path).run(gone)["status"] == "died"
+
+
 def test_no_store_records_nothing_and_a_failed_run_is_recorded(tmp_path):
     home = tmp_path / "home"
     proc = layerlab("train", "quadrant", "--epochs", "1", "--no-store", env={**os.environ, "LAYERLAB_HOME": str(home)})
