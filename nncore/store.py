@@ -386,9 +386,32 @@ class Store:
             self.db.execute("UPDATE runs SET status = 'died', ended = ?, error = COALESCE(error, ?) "
                             "WHERE id = ? AND status = 'running'", (time.time(), error, run_id))
 
+    def recording(self, run_ids: list[int]) -> dict[int, str]:
+        """The runs of ``run_ids`` that a process is still recording (running or paused), each with where, in
+        words. A run of this host whose process is gone is not (the next open marks it died); one of another
+        host is, as its process cannot be checked from here."""
+        marks = ", ".join("?" * len(run_ids))
+        host = socket.gethostname()
+        out = {}
+        for run_id, run_host, pid, start in self.db.execute(
+                f"SELECT id, host, pid, pid_start FROM runs WHERE status = 'running' AND id IN ({marks}) "
+                "ORDER BY id", list(run_ids)):
+            if run_host != host:
+                out[run_id] = f"on host {run_host}, which cannot be checked from here"
+            elif _alive(pid, start):
+                out[run_id] = f"by process {pid}"
+        return out
+
     def remove(self, run_ids: list[int]) -> int:
+        """Runs out of the store with all they recorded. Refused (StoreError, nothing removed) where one is still
+        being recorded (:meth:`recording`): its process would fail at its next epoch."""
         try:
-            with self._write():
+            with self._write():  # (checked in the transaction: no run starts recording in between)
+                live = self.recording(run_ids)
+                if live:
+                    run_id, where = next(iter(live.items()))
+                    raise StoreError(f"run {run_id} in {self.path} is still being recorded ({where}): stop it "
+                                     "before removing it")
                 cur = self.db.executemany("DELETE FROM runs WHERE id = ?", [(i,) for i in run_ids])
         except sqlite3.Error as exc:
             raise self._cannot_change(exc) from None

@@ -288,6 +288,46 @@ def test_a_read_only_store_lists_and_its_rm_is_refused_in_one_line(tmp_path, mon
     assert Store(path).run(gone)["status"] == "died"
 
 
+def test_rm_refuses_a_run_still_being_recorded(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "quadrant", "--arch", "cpu-serial",
+                             "--epochs", "100000", "--store", str(path), "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, found = time.monotonic() + 120, None
+        while found is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            try:
+                with sqlite3.connect(path, timeout=5) as db:
+                    found = db.execute("SELECT id FROM runs WHERE status = 'running'").fetchone()
+            except sqlite3.OperationalError:  # (not made yet)
+                pass
+        assert found is not None, proc.stderr.read() if proc.poll() is not None else "no run recorded"
+        run_id = found[0]
+        rm = layerlab("runs", "--store", path, "rm", run_id)
+        assert rm.returncode == 2
+        one_line_error(rm, f"run {run_id} in {path} is still being recorded (by process {proc.pid}): stop it "
+                           "before removing it")
+    finally:
+        proc.send_signal(signal.SIGTERM)  # stops after its step, the run recorded as stopped
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    assert "recording stopped" not in proc.stderr.read()  # its run was never taken from under it
+    assert layerlab("runs", "--store", path, "rm", run_id).returncode == 0  # stopped: it goes
+    assert not Store(path).exists(run_id)
+
+
+def test_a_running_run_of_another_host_is_not_removed(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    ids = _three_runs(path)
+    store = Store(path)
+    store.update(ids[1], status="running", host="elsewhere")  # its process cannot be checked from here
+    with pytest.raises(StoreError, match=re.escape(f"run {ids[1]} in {path} is still being recorded (on host "
+                                                   "elsewhere, which cannot be checked from here)")):
+        store.remove(ids)
+    assert [r["id"] for r in store.runs()] == ids[::-1]  # nothing removed
+    assert store.remove([ids[0], ids[2]]) == 2
+
+
 def test_no_store_records_nothing_and_a_failed_run_is_recorded(tmp_path):
     home = tmp_path / "home"
     proc = layerlab("train", "quadrant", "--epochs", "1", "--no-store", env={**os.environ, "LAYERLAB_HOME": str(home)})

@@ -11,6 +11,7 @@ from textual.widgets import DataTable
 from nncore.store import Store
 from tests.tui.conftest import record, scripted_run, screen_text, wait_for
 from tui.app import LayerlabApp
+from tui.panes.runs import RunsPane
 from tui.screens.pick import ConfirmScreen
 from tui.state import STORE_COLUMNS
 from tui.widgets.charts import Chart
@@ -204,6 +205,28 @@ async def test_a_damaged_run_is_named_and_the_others_are_listed(fixed_env, damag
         await pilot.press("down")  # the oldest run: its curves, as recorded
         await pilot.pause()
         assert app.query_one("#runs-loss", Chart).series["test"][1] == pytest.approx([0.65])
+
+
+async def test_a_paused_run_is_not_deleted(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        cfg = app._run_config()
+        paused = record(app.store, scripted_run()[:5], cfg)  # recorded by this (live) process, not finished
+        ended = record(app.store, scripted_run(), cfg)
+        await pilot.press("4")
+        await pilot.pause()
+        pane = app.query_one(RunsPane)
+        pane.paused_pid = os.getpid()  # as the app sets it while its run is paused
+        pane.load(app.store)
+        await pilot.press("down")  # (the older run)
+        await pilot.pause()
+        assert [(int(r["id"]), r["status"]) for r in _rows(app)] == [(ended, "finished"), (paused, "paused")]
+        await pilot.press("d")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert [str(n.message) for n in app._notifications][-1] == \
+            f"run #{paused} is paused: stop it before deleting it"
+        assert [r["id"] for r in app.store.runs()] == [ended, paused]
 
 
 async def test_rerun_from_the_store(fixed_env, fake_runs):
