@@ -9,7 +9,7 @@ import sys
 import time
 from datetime import datetime
 
-from .errors import ConfigError, LayerlabError
+from .errors import ConfigError, LayerlabError, OutputError
 from .fileio import check_output, write_or_rescue
 from .report import cut_name, loss_text, short_arch
 from .store import Store, StoreError, mean_rate
@@ -217,10 +217,20 @@ def run_runs(args) -> int:
                 return 0
             raise
         try:
-            return {"list": _list, "show": _show, "compare": _compare, "export": _export,
+            code = {"list": _list, "show": _show, "compare": _compare, "export": _export,
                     "rm": _rm}[args.runs_command](store, args)
+            sys.stdout.flush()  # (a full disk shows here, not in Python's flush at exit)
+            return code
         finally:
             store.close()
     except LayerlabError as exc:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        raise  # (main: the reader has what it wanted)
+    except OSError as exc:  # writing stdout: the store's and the files' failures are LayerlabErrors
+        from .cli import _silence_stdout
+
+        _silence_stdout(sys.stdout)  # (what is left in its buffer is not written again at exit)
+        print(f"layerlab: error: stdout: the output could not be written ({exc.strerror or exc})", file=sys.stderr)
+        return OutputError.exit_code

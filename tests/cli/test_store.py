@@ -328,6 +328,19 @@ def test_a_running_run_of_another_host_is_not_removed(tmp_path):
     assert store.remove([ids[0], ids[2]]) == 2
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("args", [["list"], ["list", "--json"], ["show", "1"], ["compare", "1", "2"],
+                                  ["export", "--all", "--json", "-"], ["export", "1", "--csv", "-"]])
+def test_a_full_stdout_is_one_line_exit_2(tmp_path, args):
+    path = tmp_path / "runs.sqlite"
+    _three_runs(path)
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "nncore.cli", "runs", "--store", str(path), *args], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2
+    one_line_error(proc, "layerlab: error: stdout: the output could not be written (No space left on device)")
+
+
 def test_no_store_records_nothing_and_a_failed_run_is_recorded(tmp_path):
     home = tmp_path / "home"
     proc = layerlab("train", "quadrant", "--epochs", "1", "--no-store", env={**os.environ, "LAYERLAB_HOME": str(home)})
