@@ -5,9 +5,9 @@ import json
 import sys
 
 from . import bench, runtime
-from .cli import record_points, signal_said, stop_signals_interrupt
-from .errors import ConfigError, LayerlabError
-from .fileio import check_outputs, input_files, write_or_rescue
+from .cli import _silence_stdout, record_points, signal_said, stop_signals_interrupt
+from .errors import ConfigError, LayerlabError, OutputError
+from .fileio import check_outputs, input_files, rescue, write_or_rescue
 from .limits import ascii_int
 from .network import check_batch
 from .peer import PeerError
@@ -95,14 +95,27 @@ def run_bench(args) -> int:
     text = args.json != "-"
     results = []
     width = max(8, *map(len, names))  # (the workload column fits net-1h-relu)
+    unwritten = []  # why stdout could not be written (a full disk): measuring goes on, the results are rescued
+
+    def say(line: str) -> None:
+        if unwritten:
+            return
+        try:
+            print(line, flush=True)
+        except BrokenPipeError:
+            raise  # (main: the reader has what it wanted)
+        except OSError as exc:
+            unwritten.append(exc.strerror or str(exc))
+            _silence_stdout(sys.stdout)
+
     if text:
         untimed = f", each repeat after {args.round_warmup} untimed" if use_torch else ""
-        print(f"layerlab bench: {args.arch}, {args.steps} steps x {args.repeats} repeats after {args.warmup} "
-              f"warm-up steps{untimed}; PyTorch: "
-              f"{'in its own process, rounds alternated' if use_torch else 'not installed' if not args.no_torch else 'off'}"
-              + (f" ({', '.join(modes)})" if use_torch else ""))
-        print(f"{'workload':<{width}} {'batch':>6} {'samples/s':>12} {'ms/step':>9} {'GFLOP/s':>8} {'compile s':>9} "
-              + "".join(f"{m[:8] + ' s/s':>12} {'ratio':>7}" for m in (modes if use_torch else ("torch",))))
+        say(f"layerlab bench: {args.arch}, {args.steps} steps x {args.repeats} repeats after {args.warmup} "
+            f"warm-up steps{untimed}; PyTorch: "
+            f"{'in its own process, rounds alternated' if use_torch else 'not installed' if not args.no_torch else 'off'}"
+            + (f" ({', '.join(modes)})" if use_torch else ""))
+        say(f"{'workload':<{width}} {'batch':>6} {'samples/s':>12} {'ms/step':>9} {'GFLOP/s':>8} {'compile s':>9} "
+            + "".join(f"{m[:8] + ' s/s':>12} {'ratio':>7}" for m in (modes if use_torch else ("torch",))))
     peer, stopped, failed = None, None, None
     with stop_signals_interrupt() as received:
         try:
@@ -121,7 +134,7 @@ def run_bench(args) -> int:
                                                       args.warmup, args.threads, round_warmup=args.round_warmup)
                     results.append(res)
                     if text:
-                        print(_line(res, modes if use_torch else ("torch",), width), flush=True)
+                        say(_line(res, modes if use_torch else ("torch",), width))
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the points measured are kept, written and recorded
             if not received:
                 raise
@@ -141,10 +154,10 @@ def run_bench(args) -> int:
     if text and results:
         # (per part: from steps launched part by part with a sync after each, so the parts add up to more than a
         # step of the table, which runs as one graph)
-        print("the largest parts, timed in steps synced part by part:")
+        say("the largest parts, timed in steps synced part by part:")
         for r in results:
             top = sorted(r.layers, key=lambda t: -t["share"])[:3]
-            print(f"  {r.workload} batch {r.batch}: " + ", ".join(
+            say(f"  {r.workload} batch {r.batch}: " + ", ".join(
                 f"{t['name']} {100 * t['share']:.0f}% ({t['fwd_ms']:.2f}+{t['bwd_ms']:.2f} ms"
                 + (f", {t['gflops']:.1f} GFLOP/s)" if t["gflops"] else ")") for t in top))
     info = runtime.current()
@@ -155,16 +168,25 @@ def run_bench(args) -> int:
                   device=info.device if info is not None else None,
                   summary={"samples_per_s": results[0].samples_per_s} if len(results) == 1 else None,
                   status="finished" if stopped is None and failed is None else "stopped")
+    doc = json.dumps([r.to_dict() for r in results], indent=1)
     if args.json:
-        doc = json.dumps([r.to_dict() for r in results], indent=1)
         if args.json == "-":
-            print(doc)
+            say(doc)
         else:
             try:
                 write_or_rescue(args.json, lambda fh: fh.write((doc + "\n").encode()), "the results")
             except LayerlabError as exc:
                 print(f"layerlab: error: {exc}", file=sys.stderr)
                 return exc.exit_code
+    if unwritten:
+        if args.json in (None, "-"):  # (else they are in the --json file, written above)
+            error = rescue(lambda fh: fh.write((doc + "\n").encode()), "the results", "to stdout", unwritten[0],
+                           "layerlab-bench.json")
+        else:
+            error = f"stdout: the table could not be written ({unwritten[0]}); the results are in {args.json}"
+        print(f"layerlab: error: {error}", file=sys.stderr)
+        if stopped is None and failed is None:
+            return OutputError.exit_code
     if failed is not None:
         print(f"layerlab: error: {failed} (the benchmark stopped there, after {len(results)} of "
               f"{len(names) * len(batches)} points; those are kept)", file=sys.stderr)

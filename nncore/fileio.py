@@ -199,13 +199,20 @@ def write_or_rescue(path, write, what: str) -> None:
         return
     except OSError as exc:
         reason = exc.strerror or str(exc)
+    raise rescue(write, what, f"to {path}", reason, path.name, beside=path.parent)
+
+
+def rescue(write, what: str, where: str, reason: str, name: str, beside: Path | None = None) -> OutputError:
+    """``what``, which could not be written ``where`` ("to PATH", "to stdout") for ``reason``, written as
+    NAME.rescued-DATE in ``beside`` or else the temporary directory; the OutputError to raise, naming where it
+    went (or that it went nowhere)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for alt in (path.with_name(f"{path.name}.rescued-{stamp}"),
-                Path(tempfile.gettempdir()) / f"{path.name}.rescued-{stamp}"):
+    for folder in ([beside] if beside is not None else []) + [Path(tempfile.gettempdir())]:
+        alt = folder / f"{name}.rescued-{stamp}"
         try:
             write_atomic(alt, write)
         except OSError:
             continue
-        raise OutputError(f"{what} could not be written to {path} ({reason}); saved to {alt} instead")
-    raise OutputError(f"{what} could not be written to {path} ({reason}), nor beside it or in "
-                      f"{tempfile.gettempdir()}")
+        return OutputError(f"{what} could not be written {where} ({reason}); saved to {alt} instead")
+    return OutputError(f"{what} could not be written {where} ({reason}), nor "
+                       f"{'beside it or ' if beside is not None else ''}in {tempfile.gettempdir()}")

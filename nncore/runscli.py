@@ -9,7 +9,7 @@ import sys
 import time
 from datetime import datetime
 
-from .errors import ConfigError, LayerlabError
+from .errors import ConfigError, LayerlabError, OutputError
 from .fileio import check_outputs, input_files, write_or_rescue
 from .report import cut_name, data_label, loss_text, short_arch
 from .store import Store, StoreError, mean_rate
@@ -35,8 +35,17 @@ def _since(text: str | None) -> float | None:
         raise ConfigError(f"--since {text!r} must be a day as YYYY-MM-DD") from None
 
 
+def _damaged(found: list[StoreError], what: str) -> None:
+    """A line on stderr per damaged run left out (the others are listed or exported)."""
+    for exc in found:
+        print(f"layerlab: warning: {exc}; {what}", file=sys.stderr)
+
+
 def _list(store: Store, args) -> int:
-    runs = store.runs(args.network, args.arch, args.status, _since(args.since), limit=args.limit or None)
+    damaged = []
+    runs = store.runs(args.network, args.arch, args.status, _since(args.since), limit=args.limit or None,
+                      damaged=damaged)
+    _damaged(damaged, "not listed (`layerlab runs rm` removes it)")
     if args.json:
         print(json.dumps(runs, indent=1))
         return 0
@@ -171,7 +180,9 @@ def export_text(runs: list[dict], fmt: str) -> str:
 def _export(store: Store, args) -> int:
     if not args.ids and not args.all:
         raise ConfigError("runs export: give run ids, or --all")
-    ids = [r["id"] for r in store.runs()] if args.all else args.ids
+    damaged = []
+    ids = [r["id"] for r in store.runs(damaged=damaged)] if args.all else args.ids
+    _damaged(damaged, "not exported")
     runs = [_get(store, i) for i in ids]
     text = export_text(runs, "csv" if args.csv is not None else "json")
     target = args.csv if args.csv is not None else args.json
@@ -187,7 +198,8 @@ def _export(store: Store, args) -> int:
 
 def _rm(store: Store, args) -> int:
     for i in args.ids:
-        _get(store, i)
+        if not store.exists(i):  # (a damaged run can be removed: its rows are not read)
+            raise ConfigError(f"run {i}: not in {store.path} (see `layerlab runs list`)")
     store.remove(args.ids)
     print(f"removed {len(args.ids)} run(s) from {store.path}", file=sys.stderr)
     return 0
@@ -207,10 +219,20 @@ def run_runs(args) -> int:
                 return 0
             raise
         try:
-            return {"list": _list, "show": _show, "compare": _compare, "export": _export,
+            code = {"list": _list, "show": _show, "compare": _compare, "export": _export,
                     "rm": _rm}[args.runs_command](store, args)
+            sys.stdout.flush()  # (a full disk shows here, not in Python's flush at exit)
+            return code
         finally:
             store.close()
     except LayerlabError as exc:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        raise  # (main: the reader has what it wanted)
+    except OSError as exc:  # writing stdout: the store's and the files' failures are LayerlabErrors
+        from .cli import _silence_stdout
+
+        _silence_stdout(sys.stdout)  # (what is left in its buffer is not written again at exit)
+        print(f"layerlab: error: stdout: the output could not be written ({exc.strerror or exc})", file=sys.stderr)
+        return OutputError.exit_code

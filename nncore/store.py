@@ -17,6 +17,7 @@ import os
 import socket
 import sqlite3
 import time
+from datetime import datetime
 from pathlib import Path
 
 from .errors import BackendUnavailable, DataError, LayerlabError
@@ -81,6 +82,67 @@ class StoreError(LayerlabError):
         self.missing = missing  # no store at the path: nothing recorded yet
 
 
+class DamagedRun(StoreError):
+    """One run whose rows do not hold what layerlab writes (edited by hand, a bad sector): named with its id;
+    the store's other runs still read."""
+
+    def __init__(self, path, run_id, what: str):
+        super().__init__(f"run {run_id} in {path}: damaged ({what})")
+        self.run_id = run_id
+
+
+# What each column of a runs row must hold to be read: float is any number; a tuple with None may be null.
+_RUN_TYPES = {"id": int, "kind": str, "name": str, "config": str, "host": str, "version": str, "pid": int,
+              "started": float, "status": str, "ranks": int, "arch": (str, None), "threads": (int, None),
+              "device": (str, None), "pid_start": (str, None), "ended": (float, None), "error": (str, None),
+              "exit_code": (int, None), "n_params": (int, None), "steps_per_epoch": (int, None),
+              "train_samples": (int, None), "test_samples": (int, None), "summary": (str, None)}
+# The same for the epochs columns a listing reads, an epoch_end event as stored, a step row and a sweep or bench
+# point (the keys read from them).
+_EPOCH_COLUMN_TYPES = {"epoch": int, "samples_per_s": float, "epoch_s": float, "test_acc": (float, None),
+                       "first_step_s": (float, None)}
+_EVENT_TYPES = {"epoch": int, "steps": int, "samples_per_s": float, "epoch_s": float, "train_loss": (float, None),
+                "test_loss": (float, None), "test_acc": (float, None)}
+_EVENT_OPTIONAL = {"first_step_s": float, "val_loss": (float, None), "val_acc": (float, None), "timings": list}
+_TIMING_TYPES = {"name": str, "fwd_ms": float, "bwd_ms": float, "share": float}
+_STEP_TYPES = {"step": int, "epoch": int, "loss": (float, None), "samples_per_s": (float, None)}
+_POINT_OPTIONAL = {"batch": float, "samples_per_s": float, "threads": (int, None), "filters": (int, None),
+                   "ms_per_step": (float, None), "gflops": (float, None), "speedup": (float, None),
+                   "arch": (str, None), "workload": (str, None)}
+_WORDS = {int: "a whole number", float: "a number", str: "text", list: "a list", dict: "an object"}
+
+
+def _fits(value, want) -> bool:
+    if isinstance(want, tuple):
+        return any(value is None if w is None else _fits(value, w) for w in want)
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float)) if want is float else isinstance(value, want)
+
+
+def _misfit(fields: dict, types: dict, optional: dict | None = None) -> str | None:
+    """The first field that does not hold its type, in words ("started is 'x'"); None where all do."""
+    for key, want in [*types.items(), *(optional or {}).items()]:
+        if key not in fields:
+            if key in types:
+                return f"no {key}"
+            continue
+        if not _fits(fields[key], want):
+            base = next(w for w in (want if isinstance(want, tuple) else (want,)) if w is not None)
+            return f"{key} is {str(fields[key])[:30]!r}, not {_WORDS[base]}"
+    return None
+
+
+def _when_ok(t) -> bool:
+    """A time that the CLI and the app can print (a finite number of seconds in a year datetime holds)."""
+    try:
+        datetime.fromtimestamp(t)
+        time.localtime(t)
+    except (OverflowError, OSError, ValueError):
+        return False
+    return True
+
+
 def default_path() -> Path:
     from .paths import home
 
@@ -105,7 +167,14 @@ def _process_start(pid: int) -> str | None:
         return None
 
 
+def _read_only(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused a write because the file (or its directory) may only be read."""
+    return getattr(exc, "sqlite_errorname", "").startswith("SQLITE_READONLY") or "readonly" in str(exc)
+
+
 def _alive(pid: int, start: str | None) -> bool:
+    if not isinstance(pid, int) or pid <= 0:  # a damaged row's pid: no process of ours (0, -1: process groups)
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -180,12 +249,20 @@ class Store:
                 raise StoreError(f"run store {self.path}: a database, but not a layerlab run store")
             return None
         row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        version = int(row[0]) if row and str(row[0]).isdigit() else None
-        if version is None:
+        if row is None:
             raise StoreError(f"run store {self.path}: no schema version; not a layerlab run store")
+        text = str(row[0])
+        # ASCII digits only: '²' passes isdigit() and int() refuses it.
+        if not (text.isascii() and text.isdigit()):
+            raise StoreError(f"run store {self.path}: schema version {text[:20]!r} is not a number; damaged, or "
+                             "not a layerlab run store")
+        version = int(text)
         if version > SCHEMA_VERSION:
             raise StoreError(f"run store {self.path}: schema version {version} is from a newer layerlab "
                              f"(this one reads up to {SCHEMA_VERSION}); it is left as it is")
+        if version < 1 or any(v not in MIGRATIONS for v in range(version, SCHEMA_VERSION)):
+            raise StoreError(f"run store {self.path}: schema version {version} was never written by layerlab "
+                             f"(versions 1 to {SCHEMA_VERSION}); damaged, it is left as it is")
         return version
 
     def _migrate(self) -> None:
@@ -219,10 +296,19 @@ class Store:
                                (host,)).fetchall()
         dead = [r[0] for r in rows if not _alive(r[1], r[2])]
         if dead:
-            with self._write():
-                self.db.executemany("UPDATE runs SET status = 'died', error = COALESCE(error, "
-                                    "'the process ended without finishing the run') WHERE id = ?",
-                                    [(i,) for i in dead])
+            try:
+                with self._write():
+                    self.db.executemany("UPDATE runs SET status = 'died', error = COALESCE(error, "
+                                        "'the process ended without finishing the run') WHERE id = ?",
+                                        [(i,) for i in dead])
+            except sqlite3.OperationalError as exc:
+                if not _read_only(exc):
+                    raise
+                # A store this process may only read is still read: the next writer marks them.
+
+    def _cannot_change(self, exc: sqlite3.Error) -> StoreError:
+        """A write the store refused, in one line naming the file."""
+        return StoreError(f"cannot change {self.path}: " + (f"read-only ({exc})" if _read_only(exc) else str(exc)))
 
     def close(self) -> None:
         self.db.close()
@@ -300,15 +386,43 @@ class Store:
             self.db.execute("UPDATE runs SET status = 'died', ended = ?, error = COALESCE(error, ?) "
                             "WHERE id = ? AND status = 'running'", (time.time(), error, run_id))
 
+    def recording(self, run_ids: list[int]) -> dict[int, str]:
+        """The runs of ``run_ids`` that a process is still recording (running or paused), each with where, in
+        words. A run of this host whose process is gone is not (the next open marks it died); one of another
+        host is, as its process cannot be checked from here."""
+        marks = ", ".join("?" * len(run_ids))
+        host = socket.gethostname()
+        out = {}
+        for run_id, run_host, pid, start in self.db.execute(
+                f"SELECT id, host, pid, pid_start FROM runs WHERE status = 'running' AND id IN ({marks}) "
+                "ORDER BY id", list(run_ids)):
+            if run_host != host:
+                out[run_id] = f"on host {run_host}, which cannot be checked from here"
+            elif _alive(pid, start):
+                out[run_id] = f"by process {pid}"
+        return out
+
     def remove(self, run_ids: list[int]) -> int:
-        with self._write():
-            cur = self.db.executemany("DELETE FROM runs WHERE id = ?", [(i,) for i in run_ids])
+        """Runs out of the store with all they recorded. Refused (StoreError, nothing removed) where one is still
+        being recorded (:meth:`recording`): its process would fail at its next epoch."""
+        try:
+            with self._write():  # (checked in the transaction: no run starts recording in between)
+                live = self.recording(run_ids)
+                if live:
+                    run_id, where = next(iter(live.items()))
+                    raise StoreError(f"run {run_id} in {self.path} is still being recorded ({where}): stop it "
+                                     "before removing it")
+                cur = self.db.executemany("DELETE FROM runs WHERE id = ?", [(i,) for i in run_ids])
+        except sqlite3.Error as exc:
+            raise self._cannot_change(exc) from None
         return cur.rowcount
 
     # -- reading ------------------------------------------------------------------------------------------------
     def runs(self, network: str | None = None, arch: str | None = None, status: str | None = None,
-             since: float | None = None, limit: int | None = None, offset: int = 0) -> list[dict]:
-        """Runs, newest first, with their last epoch's accuracy and the run's mean samples/s."""
+             since: float | None = None, limit: int | None = None, offset: int = 0,
+             damaged: list | None = None) -> list[dict]:
+        """Runs, newest first, with their last epoch's accuracy and the run's mean samples/s. A damaged run
+        (:class:`DamagedRun`) is left out, and added to ``damaged`` where given."""
         where, args = [], []
         for col, value in (("name", network), ("arch", arch), ("status", status)):
             if value is not None:
@@ -319,13 +433,26 @@ class Store:
             args.append(since)
         sql = ("SELECT * FROM runs r" + (" WHERE " + " AND ".join(where) if where else "")
                + " ORDER BY r.started DESC, r.id DESC" + (f" LIMIT {int(limit)} OFFSET {int(offset)}" if limit else ""))
-        rows = [self._row(r) for r in self._query(sql, args)]
+        rows, bad = [], []
+        for r in self._query(sql, args):
+            try:
+                rows.append(self._row(r))
+            except DamagedRun as exc:
+                bad.append(exc)
         epochs: dict[int, list[dict]] = {row["id"]: [] for row in rows}
         if rows:  # every listed run's epochs in one query
             marks = ", ".join("?" * len(rows))
-            for e in self._query(f"SELECT run_id, test_acc, samples_per_s, epoch_s, first_step_s FROM epochs "
+            for e in self._query(f"SELECT run_id, epoch, test_acc, samples_per_s, epoch_s, first_step_s FROM epochs "
                                  f"WHERE run_id IN ({marks}) ORDER BY run_id, epoch", list(epochs)):
                 epochs[e["run_id"]].append(dict(e))
+        for run_id, mine in epochs.items():
+            wrong = next((w for e in mine if (w := _misfit(e, _EPOCH_COLUMN_TYPES))), None)
+            if wrong:
+                bad.append(DamagedRun(self.path, run_id, f"an epoch's {wrong}"))
+        damaged_ids = {exc.run_id for exc in bad}
+        rows = [row for row in rows if row["id"] not in damaged_ids]
+        if damaged is not None:
+            damaged.extend(sorted(bad, key=lambda exc: -exc.run_id))
         for row in rows:
             mine = epochs[row["id"]]
             row["epochs_done"] = len(mine)
@@ -340,18 +467,45 @@ class Store:
     def count(self) -> int:
         return self._query("SELECT COUNT(*) AS n FROM runs")[0]["n"]
 
+    def exists(self, run_id: int) -> bool:
+        """Whether the store holds run ``run_id``, damaged or not (reading none of it)."""
+        return bool(self._query("SELECT 1 FROM runs WHERE id = ?", (run_id,)))
+
     def run(self, run_id: int) -> dict | None:
+        """Run ``run_id`` whole (None: not in the store); :class:`DamagedRun` where any of it is damaged."""
         found = self._query("SELECT * FROM runs WHERE id = ?", (run_id,))
         if not found:
             return None
         out = self._row(found[0])
-        out["epochs"] = [json.loads(r["event"]) for r in
-                         self._query("SELECT event FROM epochs WHERE run_id = ? ORDER BY epoch", (run_id,))]
+        out["epochs"] = [self._json(run_id, r["event"], f"epoch {r['epoch']}", _EVENT_TYPES, _EVENT_OPTIONAL)
+                         for r in self._query("SELECT epoch, event FROM epochs WHERE run_id = ? ORDER BY epoch",
+                                              (run_id,))]
+        for e in out["epochs"]:
+            wrong = next((w for t in e.get("timings", []) if (w := "not an object" if not isinstance(t, dict)
+                                                              else _misfit(t, _TIMING_TYPES))), None)
+            if wrong:
+                raise DamagedRun(self.path, run_id, f"epoch {e['epoch']}'s timing: {wrong}")
         out["steps"] = [dict(r) for r in self._query(
             "SELECT step, epoch, loss, samples_per_s FROM steps WHERE run_id = ? ORDER BY step", (run_id,))]
-        out["points"] = [json.loads(r["data"]) for r in
-                         self._query("SELECT data FROM points WHERE run_id = ? ORDER BY seq", (run_id,))]
+        wrong = next((w for s in out["steps"] if (w := _misfit(s, _STEP_TYPES))), None)
+        if wrong:
+            raise DamagedRun(self.path, run_id, f"a step's {wrong}")
+        out["points"] = [self._json(run_id, r["data"], f"point {r['seq']}", {}, _POINT_OPTIONAL) for r in
+                         self._query("SELECT seq, data FROM points WHERE run_id = ? ORDER BY seq", (run_id,))]
         return out
+
+    def _json(self, run_id: int, text, what: str, types: dict, optional: dict) -> dict:
+        """A JSON object column of run ``run_id`` (``what``: which, in words) parsed and checked."""
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            raise DamagedRun(self.path, run_id, f"its {what} is not JSON") from None
+        if not isinstance(value, dict):
+            raise DamagedRun(self.path, run_id, f"its {what} is not a JSON object")
+        wrong = _misfit(value, types, optional)
+        if wrong:
+            raise DamagedRun(self.path, run_id, f"its {what}: {wrong}")
+        return value
 
     def data_version(self) -> int | None:
         """A number that changes whenever another connection (another process: `layerlab train` elsewhere, the
@@ -370,12 +524,22 @@ class Store:
         finally:
             self.db.row_factory = None
 
-    @staticmethod
-    def _row(row: sqlite3.Row) -> dict:
+    def _row(self, row: sqlite3.Row) -> dict:
+        """A runs row with its JSON parsed; :class:`DamagedRun` where a column does not hold what layerlab
+        writes (the CLI and the app print and compute from every one)."""
         out = dict(row)
-        for key in ("config", "summary"):
-            if out.get(key):
-                out[key] = json.loads(out[key])
+        run_id = out["id"]
+        wrong = _misfit(out, _RUN_TYPES)
+        if wrong:
+            raise DamagedRun(self.path, run_id, f"its {wrong}")
+        for key in ("started", "ended"):
+            if out[key] is not None and not _when_ok(out[key]):
+                raise DamagedRun(self.path, run_id, f"its {key} is {out[key]!r}, not a time")
+        out["config"] = self._json(run_id, out["config"], "config", {}, {"train": dict})
+        if not _fits(out["config"].get("train", {}).get("batch_size", 0), float):
+            raise DamagedRun(self.path, run_id, "its config's batch_size is not a number")
+        if out["summary"] is not None:
+            out["summary"] = self._json(run_id, out["summary"], "summary", {}, {})
         return out
 
 

@@ -649,17 +649,23 @@ class LayerlabApp(GuardedApp):
         self.start_run(cfg, row["network"])
 
     def action_delete_runs(self) -> None:
-        """The marked runs, or the selected one, out of the store (asked first; a running run is refused)."""
+        """The marked runs, or the selected one, out of the store (asked first; a run still being recorded,
+        running or paused, is refused)."""
         pane = self.query_one(RunsPane)
         chosen = pane.chosen()
         if not chosen:
             self.notify("no run selected to delete", severity="warning")
             return
-        running = [r["id"] for r in chosen if r["status"] == "running"]
-        if running:
-            self.notify(f"run #{running[0]} is running: stop it before deleting it", severity="warning")
-            return
         ids = [r["id"] for r in chosen]
+        try:
+            live = self.store.recording(ids)  # (the store's rule: running or paused, its process alive)
+        except sqlite3.Error as exc:
+            self.notify(f"not deleted: run store {self.store.path}: {exc}", severity="error", markup=False)
+            return
+        if live:
+            row = next(r for r in chosen if r["id"] in live)
+            self.notify(f"run #{row['id']} is {row['status']}: stop it before deleting it", severity="warning")
+            return
         names = ", ".join(f"#{i}" for i in ids[:6]) + (" …" if len(ids) > 6 else "")
 
         def delete(yes: bool | None) -> None:

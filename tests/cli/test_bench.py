@@ -72,6 +72,28 @@ def test_a_recorded_bench_lists_its_rate_threads_and_device(tmp_path):
     assert "device unknown" not in shown and '"version"' not in shown and '"workloads": "net-1h"' in shown
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+@pytest.mark.parametrize("json_arg", [["--json", "-"], []])
+def test_a_full_stdout_is_one_line_and_the_results_are_rescued(tmp_path, json_arg):
+    """`bench ... > /dev/full` ended in OSError (ENOSPC), exit 1, its measurements lost; now it measures on,
+    rescues the results to a file it names (in TMPDIR) and exits 2."""
+    import os
+
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "nncore.cli", "bench", "--workloads", "net-1h", "--batch", "8",
+                               "--steps", "1", "--repeats", "1", "--warmup", "1", "--arch", "cpu-serial",
+                               "--no-torch", "--no-store", *json_arg], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=300, env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 2
+    one_line_error(proc, "layerlab: error: the results could not be written to stdout (No space left on device); "
+                         f"saved to {tmp_path}/layerlab-bench.json.rescued-")
+    (rescued,) = tmp_path.glob("layerlab-bench.json.rescued-*")
+    assert proc.stderr.strip().endswith(f"{rescued} instead")
+    results = json.loads(rescued.read_text())
+    assert [(r["workload"], r["batch"], r["arch"], r["steps"]) for r in results] == [("net-1h", 8, "cpu-serial", 1)]
+    assert results[0]["samples_per_s"] > 0
+
+
 @pytest.mark.parametrize("sig,code,said", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "SIGTERM received")])
 def test_a_stopped_bench_keeps_the_points_measured(tmp_path, sig, code, said):
     """Ctrl-C, SIGTERM or SIGHUP during a benchmark ended it with none of the rows it had printed written to

@@ -86,11 +86,17 @@ def test_two_runs_writing_at_once_lose_nothing(tmp_path):
     assert [r["epochs_done"] for r in runs] == [12, 12]
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "other-database", "fifo", "directory"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other-database", "fifo", "directory", "version 0",
+                                    "version \u00b2", "version x"])
 def test_a_damaged_store_is_named_and_the_run_goes_on_without_it(tmp_path, damage):
     path = tmp_path / "runs.sqlite"
     Store(path).close()
-    if damage == "garbage":
+    if damage.startswith("version"):  # a schema version no layerlab wrote ('²' passes str.isdigit, not int)
+        db = sqlite3.connect(path)
+        db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (damage.split()[1],))
+        db.commit()
+        db.close()  # (the WAL folded into the file before its fingerprint is taken)
+    elif damage == "garbage":
         path.write_bytes(os.urandom(5000))
     elif damage == "truncated":
         path.write_bytes(path.read_bytes()[:100])
@@ -172,6 +178,168 @@ def test_runs_list_show_compare_export_and_rm(tmp_path):
     proc = layerlab("runs", "--store", path, "show", str(serial))
     assert proc.returncode == 2
     one_line_error(proc, f"run {serial}: not in {path}")
+
+
+def _three_runs(path) -> list[int]:
+    """Three finished one-epoch runs written through the store's own API; their ids, oldest first."""
+    store = Store(path)
+    ids = []
+    for i in range(3):
+        run_id = store.begin("train", f"net{i}", {"train": {"batch_size": 8}}, arch="cpu-serial", threads=1)
+        store.add_epoch(run_id, {"epoch": 1, "steps": 4, "train_loss": 0.5, "test_loss": 0.6, "test_acc": 0.75,
+                                 "samples_per_s": 100.0, "epoch_s": 0.32},
+                        [{"step": s, "epoch": 1, "loss": 0.5, "samples_per_s": 100.0} for s in range(1, 5)])
+        store.update(run_id, status="finished", ended=time.time(), summary=json.dumps({"event": "run_finished"}))
+        ids.append(run_id)
+    store.close()
+    return ids
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("UPDATE runs SET config = '{x' WHERE id = ?", "its config is not JSON"),
+    ("UPDATE runs SET started = 'garbage' WHERE id = ?", "its started is 'garbage', not a number"),
+    ("UPDATE runs SET started = 1e300 WHERE id = ?", "its started is 1e+300, not a time"),
+    ("UPDATE runs SET summary = '[1]' WHERE id = ?", "its summary is not a JSON object"),
+    ("UPDATE runs SET status = 'running', pid = 'x' WHERE id = ?", "its pid is 'x', not a whole number"),
+    ("UPDATE epochs SET epoch_s = 'slow' WHERE run_id = ?", "an epoch's epoch_s is 'slow', not a number")])
+def test_a_damaged_run_is_named_and_the_others_still_read(tmp_path, damage, reason):
+    path = tmp_path / "runs.sqlite"
+    ids = _three_runs(path)
+    db = sqlite3.connect(path)
+    db.execute(damage, (ids[1],))  # (edited by hand)
+    db.commit()
+    db.close()
+    named = f"run {ids[1]} in {path}: damaged ({reason})"
+    proc = layerlab("runs", "--store", path, "list", "--json")
+    assert proc.returncode == 0 and [r["id"] for r in json.loads(proc.stdout)] == [ids[2], ids[0]]
+    one_line_error(proc, named + "; not listed")
+    proc = layerlab("runs", "--store", path, "list")
+    assert proc.returncode == 0 and "net2" in proc.stdout and "net0" in proc.stdout and "net1" not in proc.stdout
+    one_line_error(proc, named)
+    if "epoch" not in damage:  # (show reads the epochs' events, which are whole)
+        proc = layerlab("runs", "--store", path, "show", ids[1])
+        assert proc.returncode == 2 and not proc.stdout
+        one_line_error(proc, named)
+    if "config" not in damage:
+        return
+    proc = layerlab("runs", "--store", path, "compare", ids[0], ids[1], "--json")
+    assert proc.returncode == 2 and not proc.stdout
+    one_line_error(proc, named)
+    proc = layerlab("runs", "--store", path, "export", "--all", "--json", "-")
+    assert proc.returncode == 0 and [r["id"] for r in json.loads(proc.stdout)] == [ids[2], ids[0]]
+    one_line_error(proc, named + "; not exported")
+    proc = layerlab("runs", "--store", path, "export", ids[1], "--csv", "-")
+    assert proc.returncode == 2 and not proc.stdout
+    one_line_error(proc, named)
+    proc = layerlab("runs", "--store", path, "rm", ids[1])  # a damaged run can be removed
+    assert proc.returncode == 0, proc.stderr
+    proc = layerlab("runs", "--store", path, "list", "--json")
+    assert [r["id"] for r in json.loads(proc.stdout)] == [ids[2], ids[0]] and not proc.stderr
+
+
+def test_a_damaged_epoch_event_or_point_is_named_by_show(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    ids = _three_runs(path)
+    store = Store(path)
+    bench = store.add_finished("bench", "net-1h", {}, [{"arch": "cpu-serial", "batch": 8, "samples_per_s": 10.0}])
+    store.db.execute("UPDATE epochs SET event = '{\"epoch\": 1}' WHERE run_id = ?", (ids[0],))
+    store.db.execute("UPDATE points SET data = '{\"batch\": \"eight\"}' WHERE run_id = ?", (bench,))
+    with pytest.raises(StoreError, match=re.escape(f"run {ids[0]} in {path}: damaged (its epoch 1: no steps)")):
+        store.run(ids[0])
+    with pytest.raises(StoreError, match=re.escape(f"run {bench} in {path}: damaged (its point 0: batch is "
+                                                   "'eight', not a number)")):
+        store.run(bench)
+    assert store.run(ids[1])["epochs"][0]["epoch_s"] == 0.32  # the others read
+    store.close()
+
+
+def _read_only(monkeypatch, path) -> None:
+    """SQLite opens ``path`` read-only from here on (SQLITE_OPEN_READONLY), as for a user who may not write it
+    (file modes do not stop root, who runs the suite in containers)."""
+    connect = sqlite3.connect
+
+    def read_only(database, *args, **kwargs):
+        if str(database) == str(path):
+            return connect(f"file:{path}?mode=ro", *args, uri=True, **kwargs)
+        return connect(database, *args, **kwargs)
+
+    monkeypatch.setattr(sqlite3, "connect", read_only)
+
+
+def test_a_read_only_store_lists_and_its_rm_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    from nncore.cli import main
+
+    path = tmp_path / "runs.sqlite"
+    ids = _three_runs(path)
+    store = Store(path)  # and a run left running by a process that is gone (another start time: not this one)
+    gone = store.begin("train", "gone", {})
+    store.db.execute("UPDATE runs SET pid_start = '0' WHERE id = ?", (gone,))
+    store.close()
+    _read_only(monkeypatch, path)
+    assert main(["runs", "--store", str(path), "list", "--json"]) == 0  # marking it died is left to a writer
+    out, err = capsys.readouterr()
+    assert [(r["id"], r["status"]) for r in json.loads(out)] == [(gone, "running"), *((i, "finished") for i in
+                                                                                      ids[::-1])] and not err
+    assert main(["runs", "--store", str(path), "rm", str(ids[0])]) == 2
+    out, err = capsys.readouterr()
+    assert not out and err == (f"layerlab: error: cannot change {path}: read-only (attempt to write a readonly "
+                               "database)\n")
+    monkeypatch.undo()
+    assert [r["id"] for r in Store(path).runs()] == [gone, *ids[::-1]]  # (and now it could be marked died)
+    assert Store(path).run(gone)["status"] == "died"
+
+
+def test_rm_refuses_a_run_still_being_recorded(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "nncore.cli", "train", "quadrant", "--arch", "cpu-serial",
+                             "--epochs", "100000", "--store", str(path), "--quiet"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, found = time.monotonic() + 120, None
+        while found is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            try:
+                with sqlite3.connect(path, timeout=5) as db:
+                    found = db.execute("SELECT id FROM runs WHERE status = 'running'").fetchone()
+            except sqlite3.OperationalError:  # (not made yet)
+                pass
+        assert found is not None, proc.stderr.read() if proc.poll() is not None else "no run recorded"
+        run_id = found[0]
+        rm = layerlab("runs", "--store", path, "rm", run_id)
+        assert rm.returncode == 2
+        one_line_error(rm, f"run {run_id} in {path} is still being recorded (by process {proc.pid}): stop it "
+                           "before removing it")
+    finally:
+        proc.send_signal(signal.SIGTERM)  # stops after its step, the run recorded as stopped
+        assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    assert "recording stopped" not in proc.stderr.read()  # its run was never taken from under it
+    assert layerlab("runs", "--store", path, "rm", run_id).returncode == 0  # stopped: it goes
+    assert not Store(path).exists(run_id)
+
+
+def test_a_running_run_of_another_host_is_not_removed(tmp_path):
+    path = tmp_path / "runs.sqlite"
+    ids = _three_runs(path)
+    store = Store(path)
+    store.update(ids[1], status="running", host="elsewhere")  # its process cannot be checked from here
+    with pytest.raises(StoreError, match=re.escape(f"run {ids[1]} in {path} is still being recorded (on host "
+                                                   "elsewhere, which cannot be checked from here)")):
+        store.remove(ids)
+    assert [r["id"] for r in store.runs()] == ids[::-1]  # nothing removed
+    assert store.remove([ids[0], ids[2]]) == 2
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("args", [["list"], ["list", "--json"], ["show", "1"], ["compare", "1", "2"],
+                                  ["export", "--all", "--json", "-"], ["export", "1", "--csv", "-"]])
+def test_a_full_stdout_is_one_line_exit_2(tmp_path, args):
+    path = tmp_path / "runs.sqlite"
+    _three_runs(path)
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "nncore.cli", "runs", "--store", str(path), *args], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2
+    one_line_error(proc, "layerlab: error: stdout: the output could not be written (No space left on device)")
 
 
 def test_no_store_records_nothing_and_a_failed_run_is_recorded(tmp_path):

@@ -11,6 +11,7 @@ from textual.widgets import DataTable
 from nncore.store import Store
 from tests.tui.conftest import record, scripted_run, screen_text, wait_for
 from tui.app import LayerlabApp
+from tui.panes.runs import RunsPane
 from tui.screens.pick import ConfirmScreen
 from tui.state import STORE_COLUMNS
 from tui.widgets.charts import Chart
@@ -226,6 +227,48 @@ async def test_a_running_run_is_not_deleted_and_a_sweep_has_no_curves(fixed_env)
         await pilot.pause()
         shown = str(app.query_one("#runs-loss", Chart).render())
         assert "is a sweep stopped after 1 of 3 points" in shown and "`layerlab runs show" in shown, shown
+
+
+@pytest.mark.parametrize("damage, reason", [("config = '{x'", "its config is not JSON"),
+                                           ("started = 'garbage'", "its started is 'garbage', not a number")])
+async def test_a_damaged_run_is_named_and_the_others_are_listed(fixed_env, damage, reason):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        cfg = app._run_config()
+        ids = [record(app.store, scripted_run(epochs=1), cfg) for _ in range(3)]
+        app.store.db.execute(f"UPDATE runs SET {damage} WHERE id = ?", (ids[1],))  # (edited by hand)
+        app._show_runs()
+        await pilot.press("4")
+        await pilot.pause()
+        assert [int(r["id"]) for r in _rows(app)] == [ids[2], ids[0]]
+        hint = str(app.query_one("#runs-hint").render())
+        assert f"✗ run {ids[1]} in {app.store.path}: damaged ({reason}); not shown" in hint
+        assert "runs 1–2 of 2 ·" in hint  # (not "more load as you go down": the damaged run is not counted)
+        await pilot.press("down")  # the oldest run: its curves, as recorded
+        await pilot.pause()
+        assert app.query_one("#runs-loss", Chart).series["test"][1] == pytest.approx([0.65])
+
+
+async def test_a_paused_run_is_not_deleted(fixed_env):
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=SIZE) as pilot:
+        cfg = app._run_config()
+        paused = record(app.store, scripted_run()[:5], cfg)  # recorded by this (live) process, not finished
+        ended = record(app.store, scripted_run(), cfg)
+        await pilot.press("4")
+        await pilot.pause()
+        pane = app.query_one(RunsPane)
+        pane.paused_pid = os.getpid()  # as the app sets it while its run is paused
+        pane.load(app.store)
+        await pilot.press("down")  # (the older run)
+        await pilot.pause()
+        assert [(int(r["id"]), r["status"]) for r in _rows(app)] == [(ended, "finished"), (paused, "paused")]
+        await pilot.press("d")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert [str(n.message) for n in app._notifications][-1] == \
+            f"run #{paused} is paused: stop it before deleting it"
+        assert [r["id"] for r in app.store.runs()] == [ended, paused]
 
 
 async def test_rerun_from_the_store(fixed_env, fake_runs):

@@ -204,6 +204,7 @@ class RunsPane(Guarded, Vertical):
     rows: list[dict] = []
     total = 0
     note = ""  # why there is no history, where the store cannot be used
+    damaged: list = []  # the runs left out as damaged (nncore.store.DamagedRun), newest first
     paused_pid: int | None = None  # the process recording this app's run while it is paused (tui.state.store_rows)
 
     def compose(self) -> ComposeResult:
@@ -229,17 +230,20 @@ class RunsPane(Guarded, Vertical):
         self._read(max(PAGE, len(self.rows)))
 
     def _read(self, limit: int) -> None:
+        damaged = []
         try:
-            rows, total = self.store.runs(limit=limit), self.store.count()
+            rows, total = self.store.runs(limit=limit, damaged=damaged), self.store.count()
         except StoreError as exc:
             self.query_one("#runs-hint", Static).update(f"✗ {exc}")
             return
+        self.damaged = damaged
         table = self.query_one(DataTable)
         keep = self.selected_id()
         # At the top row the view follows the newest run (a run just started goes in above it); elsewhere the
         # selected run stays selected.
         at_top = table.row_count == 0 or table.cursor_row <= 0
-        self.rows, self.total = store_rows(rows, self.marked, self.paused_pid), total
+        # (the damaged runs read so far are not counted: "more load as you go down" would never end)
+        self.rows, self.total = store_rows(rows, self.marked, self.paused_pid), total - len(damaged)
         # Text, not markup (a network's name is shown as written), cut with an ellipsis where the column is cut.
         cells = [[(_NameCell if c == "network" else Text)(_cell(c, r[c]), no_wrap=True, overflow="ellipsis")
                   for c in STORE_COLUMNS] for r in self.rows]
@@ -275,6 +279,9 @@ class RunsPane(Guarded, Vertical):
             columns = " · w: columns" if table.hidden or table.cut else " · w: fit" if table.every else ""
             text = (f"runs 1–{len(self.rows)} of {self.total:,}{more}{marked} · space: mark · r: rerun · "
                     f"d: delete · e: export{columns}")
+        if self.damaged:
+            more = f" (and {len(self.damaged) - 1} more)" if len(self.damaged) > 1 else ""
+            text = f"✗ {self.damaged[0]}; not shown{more}\n{text}"
         if self.note:
             text = f"{self.note}\n{text}"
         self.query_one("#runs-hint", Static).update(text)
