@@ -79,9 +79,8 @@ def data_label(cfg: dict) -> str | None:
     data = cfg.get("data") if isinstance(cfg, dict) else None
     if not isinstance(data, dict):
         return None
-    if data.get("path"):
-        return Path(str(data["path"])).name or str(data["path"])
-    return data.get("dataset") or None
+    label = (Path(str(data["path"])).name or str(data["path"])) if data.get("path") else data.get("dataset")
+    return "".join(c if c.isprintable() else "?" for c in str(label)) if label else None  # (no escapes, one line)
 
 
 def cut_name(name: str, width: int) -> str:

@@ -383,6 +383,17 @@ def test_runs_list_says_what_each_run_trained_on(tmp_path):
     assert [line.split()[header.index("data") + 1] for line in lines[1:]] == ["quadrant", "pairs.csv"]
 
 
+@pytest.mark.parametrize("data,label", [({"path": "/d/ev\x1b[31mRED\nx.csv"}, "ev?[31mRED?x.csv"),
+                                        ({"path": "/d/idx/", "dataset": None}, "idx"),
+                                        ({"path": None, "dataset": "quadrant"}, "quadrant"), ({}, None)])
+def test_the_data_label_is_one_printable_line(data, label):
+    """A data file's name goes into `runs list` and the app's table: an escape sequence or a newline in it would
+    reach the terminal as it is."""
+    from nncore.report import data_label
+
+    assert data_label({"data": data}) == label
+
+
 def test_a_cuda_run_refused_for_want_of_a_gpu_is_listed_refused(tmp_path):
     from nncore.runtime import available_archs
 
