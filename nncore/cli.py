@@ -8,6 +8,7 @@ Errors are one line on stderr naming the culprit, never a traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import signal
@@ -49,6 +50,8 @@ class _Parser(argparse.ArgumentParser):
         # argparse says "argument --lr: ..."; the checks of the run's settings say "--lr: ...": one wording.
         message = re.sub(r"^argument ([^:]*): ", r"\1: ", message)
         message = re.sub(r"^runs_command: invalid choice", "runs: unknown command", message)
+        # A value quoted back (an invalid choice) is clipped: it may be thousands of characters.
+        message = re.sub(r"'([^']{40})[^']+'", r"'\1…'", message)
         self.exit(EXIT_CONFIG, f"layerlab: error: {message}\n")
 
 
@@ -729,6 +732,10 @@ def main(argv: list[str] | None = None) -> int:
             _abort_ranks(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except OSError as exc:
+        if exc.filename is None and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
+            # stdout on a full disk (`> /dev/full`): said in one line; the run store holds what was recorded
+            print(f"layerlab: error: the output could not be written ({exc.strerror or exc})", file=sys.stderr)
+            return EXIT_CONFIG
         if exc.filename is None:  # not a path given: an unforeseen failure, reported as such
             raise
         # A path the system refused where no check named it (a name too long, a loop of links): the path and the

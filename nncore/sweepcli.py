@@ -93,7 +93,6 @@ def run_sweep_cli(args) -> int:
         return exc.exit_code
     if stopped:
         sys.stderr.write("\n")  # (the progress line was left open)
-    sweep.report(points, amdahl)
     extra = {"config": str(cfg.source), "args": {k: v for k, v in vars(args).items() if k != "command"},
              "amdahl": None if amdahl is None else amdahl.__dict__}
     if stopped:
@@ -107,6 +106,7 @@ def run_sweep_cli(args) -> int:
     except LayerlabError as exc:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    sweep.report(points, amdahl)  # (after the files: a stdout that fails loses none of the points)
     print(f"\nwrote {out / 'sweep.csv'} and {out / 'sweep.json'}")
     if stopped and points.error is not None:
         print(f"layerlab: error: {points.error} (the sweep stopped there, after {len(points)} of {points.of} "

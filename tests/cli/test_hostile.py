@@ -201,6 +201,32 @@ def test_outputs_and_inputs_meant_otherwise_are_named(tmp_path, argv, needle):
     assert not (tmp_path / "newdir").exists()
 
 
+@pytest.mark.parametrize("command", ["archs", "sweep"])
+def test_a_full_stdout_is_one_line_and_a_sweep_keeps_its_files(tmp_path, command):
+    """`> /dev/full`: an OSError traceback (exit 1), and the sweep's table, printed before its files were written,
+    took the points with it."""
+    argv = {"archs": ["archs"],
+            "sweep": ["sweep", "quadrant", "--archs", "cpu-serial", "--batch", "8", "--steps", "1", "--repeats", "1",
+                      "--no-store", "--out", tmp_path / "out"]}[command]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "nncore.cli", *map(str, argv)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    last = [line for line in proc.stderr.splitlines() if line.startswith("layerlab")]
+    assert "Traceback" not in proc.stderr and last == ["layerlab: error: the output could not be written "
+                                                       "(No space left on device)"], proc.stderr
+    if command == "sweep":
+        points = json.loads((tmp_path / "out" / "sweep.json").read_text())["points"]
+        assert len(points) == 1 and points[0]["batch"] == 8
+
+
+def test_a_long_invalid_choice_is_quoted_clipped():
+    proc = layerlab("train", *RUN, "--optimizer", "x" * 5000)
+    assert proc.returncode == 2
+    one_line_error(proc, "--optimizer: invalid choice: '" + "x" * 40 + "…'")
+    assert len(proc.stderr) < 200
+
+
 def test_two_outputs_on_one_file_are_refused(tmp_path):
     proc = layerlab("train", *RUN, "--checkpoint", tmp_path / "x.npz", "--save-weights", tmp_path / "x.npz")
     assert proc.returncode == 2
