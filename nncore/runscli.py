@@ -231,6 +231,8 @@ def run_runs(args) -> int:
     except BrokenPipeError:
         raise  # (main: the reader has what it wanted)
     except OSError as exc:  # writing stdout: the store's and the files' failures are LayerlabErrors
+        if exc.filename is not None:  # a path refused (a name too long): main names it
+            raise
         from .cli import _silence_stdout
 
         _silence_stdout(sys.stdout)  # (what is left in its buffer is not written again at exit)

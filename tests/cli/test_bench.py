@@ -66,7 +66,7 @@ def test_a_recorded_bench_lists_its_rate_threads_and_device(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rate = json.loads((tmp_path / "b.json").read_text())[0]["samples_per_s"]
     listed = layerlab("runs", "list", "--store", store).stdout.splitlines()[-1].split()
-    assert listed[3:6] == ["bench", "net-1h", "cpu-serial"] and listed[6] == "1"  # threads
+    assert listed[3:7] == ["bench", "net-1h", "—", "cpu-serial"] and listed[7] == "1"  # data: none; threads
     assert listed[-1] == f"{rate:,.0f}"
     shown = layerlab("runs", "show", "1", "--store", store).stdout
     assert "device unknown" not in shown and '"version"' not in shown and '"workloads": "net-1h"' in shown
