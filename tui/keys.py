@@ -63,6 +63,8 @@ MODEL_KEYS = [
     Key("shift+up", None, "move_layer(-1)", "Up", "move the selected layer up", show=False, where="Model"),
     Key("shift+down", None, "move_layer(1)", "Down", "move the selected layer down", show=False, where="Model"),
     Key("enter", None, "edit_layer", "Edit", "edit the selected layer's parameters", show=False, where="Model"),
+    Key("home", None, "scroll_top", "First", "select the first layer", show=False, where="Model"),
+    Key("end", None, "scroll_bottom", "Last", "select the last layer", show=False, where="Model"),
 ]
 TRAIN_KEYS = [
     Key("t", None, "toggle_parts", "Parts", "a short terminal: the per-part timing table in place of the charts, and "

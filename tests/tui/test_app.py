@@ -73,6 +73,29 @@ async def test_edit_the_network(fixed_env):
         await wait_for(pilot, lambda: not app.query_one("#start", Button).disabled, 10)
 
 
+async def test_home_and_end_select_the_first_and_last_layer_and_an_empty_network_says_what_to_do(fixed_env):
+    """End did nothing in the layer table (End then Enter edited layer 0); with every layer removed the status
+    said the config file's words, "layers must be a non-empty list of layer tables"."""
+    app = LayerlabApp("cnn")
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one("#layers", DataTable)
+        table.focus()
+        await pilot.press("end")
+        assert table.cursor_row == len(app.draft.layers) - 1 == 4
+        await pilot.press("enter")  # the last layer's fields
+        await pilot.pause()
+        assert app.query_one("#model-pane").selected() == 4
+        table.focus()
+        await pilot.press("home")
+        assert table.cursor_row == 0
+        for _ in range(5):
+            await pilot.press("d")
+        await wait_for(pilot, lambda: not app.draft.layers)
+        await pilot.pause()
+        status = str(app.query_one("#model-status").render())
+        assert status == "✗ the network has no layers: press a to add one", status
+
+
 async def test_bad_settings_are_marked_inline(fixed_env):
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:

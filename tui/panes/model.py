@@ -204,7 +204,9 @@ class ModelPane(Guarded, Vertical):
             else:
                 i = order[key[0]]  # named by where the layer is now: it may have moved since the value was typed
                 out.append(f"layer {i} ({self.draft.layers[i].get('type', '?')}): {why}")
-        if self.error is not None:
+        if not self.draft.layers:  # (the check's own words are the config file's: "layers must be a non-empty list")
+            out.append("the network has no layers: press a to add one")
+        elif self.error is not None:
             out.append(str(self.error))
         elif self.data_error is not None and not out:
             out.append(f"the dataset: {self.data_error}")
