@@ -96,6 +96,23 @@ async def test_home_and_end_select_the_first_and_last_layer_and_an_empty_network
         assert status == "✗ the network has no layers: press a to add one", status
 
 
+async def test_the_decision_boundary_says_what_its_colours_and_axes_are(fixed_env):
+    """Once drawn, the boundary panel was colours and dots with no title or axes."""
+    from tests.tui.conftest import screen_text
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("3")
+        boundary = next(m for m in scripted_run() if m["event"] == "boundary")
+        app.query_one("#boundary").show(boundary)
+        await pilot.pause()
+        text = screen_text(app)
+        assert "p(1) blue 0 orange 1" in text and "x₁ → x₂ ↑ ±1.1" in text, text
+        app.query_one("#boundary").clear()
+        await pilot.pause()
+        assert "p(1)" not in screen_text(app)
+
+
 async def test_bad_settings_are_marked_inline(fixed_env):
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:

@@ -35,10 +35,17 @@ class BoundaryPlot(Widget):
         self.grid = msg
         if msg.get("points"):
             self.points = msg["points"]
+        # What the colours and the axes are, on the border: p(class 1) from blue (0) to orange (1) over the inputs'
+        # plane, the first input across, the second up (test points as dots, white for class 1).
+        x0, x1, y0, y1 = msg["extent"]
+        self.border_title = "p(1) blue 0 orange 1"
+        span = f"±{x1:g}" if x0 == -x1 == y0 == -y1 else f"x₁ {x0:g}…{x1:g}, x₂ {y0:g}…{y1:g}"
+        self.border_subtitle = f"x₁ → x₂ ↑ {span}"
         self.refresh()
 
     def clear(self, note: str = "decision boundary: 2-D datasets, after the run starts") -> None:
         self.grid, self.points, self.note = None, [], note
+        self.border_title = self.border_subtitle = None
         self.refresh()
 
     def render_line(self, y: int) -> Strip:
