@@ -909,6 +909,29 @@ async def test_a_sweeps_table_fits_80_columns(fixed_env):
             assert row[0] == p["arch"] and row[-1] == ("—" if p["karp_flatt"] is None else f"{p['karp_flatt']:.2f}")
 
 
+async def test_a_filters_sweeps_table_fits_80_columns(fixed_env):
+    """With a filters column the table was cut at "eff" and K-F was off the screen at 80x24: ms/step (the batch
+    over samples/s) makes way for it."""
+    from nncore import analysis
+    from tests.tui.conftest import screen_text
+
+    layers = [{"name": "layer 0 (Linear)", "fwd_ms": 2.0, "bwd_ms": 3.0, "share": 0.8, "gflops": 1.0}]
+    pts = analysis.derive([analysis.SweepPoint(a, t, 64, f, s, 64e3 / s, 1.0, layers, 9)
+                           for f in (4, 8) for a, t, s in [("cpu-serial", 1, 1000.0 / f), ("cpu-parallel", 2, 1700.0 / f)]])
+    app = LayerlabApp("cnn")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("5")
+        app.query_one("#analysis-pane").show([p.to_dict() for p in pts], None)
+        await pilot.pause()
+        lines = screen_text(app).splitlines()
+        header = next(line for line in lines if "GFLOP/s" in line)
+        assert header.split() == ["arch", "thr", "batch", "filters", "samples/s", "GFLOP/s", "speedup", "eff.", "K-F"]
+        for p in pts:
+            row = next(line for line in lines if f" {p.samples_per_s:,.0f} " in line).split()
+            row = [cell for cell in row if cell.strip("▁▂▃▄▅▆▇█")]
+            assert row[3] == str(p.filters) and row[-1] == ("—" if p.karp_flatt is None else f"{p.karp_flatt:.2f}")
+
+
 async def test_every_bad_setting_is_marked_at_once(fixed_env):
     """Two bad fields are both marked as typed (the batch size stayed unmarked until the epochs were fixed)."""
     app = LayerlabApp("quadrant")

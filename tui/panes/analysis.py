@@ -170,16 +170,18 @@ class AnalysisPane(Guarded, Vertical):
             field.remove_class("error")
         table = self.query_one("#sweep-table", DataTable)
         table.clear(columns=True)
-        # A filters column only where the sweep set filter counts: without it the table fits 80 columns.
+        # A filters column only where the sweep set filter counts, and then no ms/step column (the batch over
+        # samples/s gives it): either way the table fits 80 columns.
         filters = any(p["filters"] is not None for p in points)
-        table.add_columns("arch", "thr", "batch", *(["filters"] if filters else []), "samples/s", "ms/step",
-                          "GFLOP/s", "speedup", "eff.", "K-F")
+        table.add_columns("arch", "thr", "batch", *(["filters"] if filters else []), "samples/s",
+                          *([] if filters else ["ms/step"]), "GFLOP/s", "speedup", "eff.", "K-F")
         # Two decimals everywhere: a negative Karp–Flatt fraction (a superlinear speedup, "-0.07") still fits.
         fmt = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
         for p in points:
             table.add_row(p["arch"], str(p["threads"]), str(p["batch"]), *([fmt(p["filters"], "")] if filters else []),
-                          f"{p['samples_per_s']:,.0f}", f"{p['ms_per_step']:.2f}", f"{p['gflops']:.1f}",
-                          fmt(p["speedup"], ".2f"), fmt(p["efficiency"], ".2f"), fmt(p["karp_flatt"], ".2f"))
+                          f"{p['samples_per_s']:,.0f}", *([] if filters else [f"{p['ms_per_step']:.2f}"]),
+                          f"{p['gflops']:.1f}", fmt(p["speedup"], ".2f"), fmt(p["efficiency"], ".2f"),
+                          fmt(p["karp_flatt"], ".2f"))
         table.display = self.query_one("#sweep-charts").display = bool(points)
         legend = self.query_one("#sweep-legend", Static)
         legend.display = bool(points)
