@@ -270,9 +270,10 @@ async def test_app_stays_responsive_during_a_run(fixed_env):
         print(f"timer gaps during training: median {gaps[len(gaps) // 2] * 1e3:.1f} ms, "
               f"max {gaps[-1] * 1e3:.1f} ms over {len(gaps)} ticks")
         # Training in this process would hold the GIL and stop the timer for whole steps and epochs; a child
-        # process leaves it ticking.  The bounds are loose because CI machines are shared and noisy: the
-        # timer must have kept its pace and never stalled for a second.
-        assert len(gaps) > 30 and gaps[len(gaps) // 2] < 0.075 and gaps[-1] < 1.0, f"tick gaps {gaps}"
+        # process leaves it ticking.  The bounds are loose because CI machines are shared and noisy (two test
+        # workers and the training process on two cores): the timer must have kept its pace and never stalled
+        # for 1.5 s.
+        assert len(gaps) > 30 and gaps[len(gaps) // 2] < 0.075 and gaps[-1] < 1.5, f"tick gaps {gaps}"
         assert app.handle.proc.pid != os.getpid()
         await pilot.press("q")
 
