@@ -141,8 +141,10 @@ def test_a_stopped_bench_keeps_the_points_measured(tmp_path, sig, code, said):
 def test_a_batch_the_buffers_cannot_index_is_refused_before_any_point(tmp_path):
     """`--batch 8,2147483647`: batch 8 was measured and printed, then 2**31 - 1 refused, and the row was lost (no
     JSON, nothing recorded). Now refused before anything runs."""
-    proc = layerlab("bench", "--workloads", "net-1h", "--batch", "8,2147483647", "--steps", "1", "--repeats", "1",
-                    "--warmup", "1", "--no-torch", "--no-store", "--json", tmp_path / "b.json")
+    from tests.cli.test_hostile import in_process
+
+    proc = in_process("bench", "--workloads", "net-1h", "--batch", "8,2147483647", "--steps", "1", "--repeats", "1",
+                      "--warmup", "1", "--no-torch", "--no-store", "--json", tmp_path / "b.json")
     assert proc.returncode == 2, proc.stderr
     one_line_error(proc, "batch size 2147483647 times the widest layer's 1,024 values")
     assert "samples/s" not in proc.stdout and not (tmp_path / "b.json").exists()

@@ -376,7 +376,9 @@ def test_lockstep_cli_agrees():
 
 def test_lockstep_wants_two_archs_before_it_asks_for_any(tmp_path):
     """Three archs with cuda among them were refused as "cuda is unavailable" (exit 4), not as a bad argument."""
-    proc = layerlab("lockstep", "quadrant", "--archs", "cpu-serial,cpu-parallel,cuda")
+    from tests.cli.test_hostile import in_process
+
+    proc = in_process("lockstep", "quadrant", "--archs", "cpu-serial,cpu-parallel,cuda")
     assert proc.returncode == 2
     one_line_error(proc, "give exactly two archs")
 

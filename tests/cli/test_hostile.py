@@ -21,6 +21,30 @@ from tests.cli.test_cli import layerlab, one_line_error
 RUN = ["quadrant", "--arch", "cpu-serial", "--epochs", "2"]  # 1,600 training samples, 50 steps an epoch
 
 
+def in_process(*argv):
+    """The CLI run in this process, for refusals that come before any backend starts (no interpreter and no
+    Taichi to start: a subprocess costs a second or two); the signal handlers it installs are put back."""
+    import io
+    import signal
+    from contextlib import redirect_stderr, redirect_stdout
+    from types import SimpleNamespace
+
+    from nncore import cli
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = cli.main([str(a) for a in argv])
+            except SystemExit as exc:  # argparse's refusal
+                code = exc.code
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A real mid-epoch checkpoint of RUN (step 4 of epoch 1)."""
@@ -195,7 +219,7 @@ def test_unwritable_outputs_are_refused_before_training(tmp_path, flag, where, n
     (["--resume", "{tmp}/a.npz", "--init-weights", "{tmp}/b.npz"], "--resume and --init-weights: give one"),
 ])
 def test_outputs_and_inputs_meant_otherwise_are_named(tmp_path, argv, needle):
-    proc = layerlab("train", *RUN, "--no-store", *[a.format(tmp=tmp_path) for a in argv])
+    proc = in_process("train", *RUN, "--no-store", *[a.format(tmp=tmp_path) for a in argv])
     assert proc.returncode == 2, proc.stderr
     one_line_error(proc, needle)
     assert not (tmp_path / "newdir").exists()
@@ -221,7 +245,7 @@ def test_a_full_stdout_is_one_line_and_a_sweep_keeps_its_files(tmp_path, command
 
 
 def test_a_long_invalid_choice_is_quoted_clipped():
-    proc = layerlab("train", *RUN, "--optimizer", "x" * 5000)
+    proc = in_process("train", *RUN, "--optimizer", "x" * 5000)
     assert proc.returncode == 2
     one_line_error(proc, "--optimizer: invalid choice: '" + "x" * 40 + "…'")
     assert len(proc.stderr) < 200
@@ -272,9 +296,9 @@ def test_an_output_over_an_input_is_refused_and_the_input_kept(tmp_path, checkpo
                               "--no-torch", *store, "--json", f["store"]], "store"),
     }[case]
     before = f[victim].read_bytes()
-    proc = layerlab(*argv)
+    proc = in_process(*argv)
     assert proc.returncode == 2, proc.stderr
-    one_line_error(proc, f"the same file as ")
+    one_line_error(proc, "the same file as ")
     assert str(f[victim]) in proc.stderr and "epoch" not in proc.stdout
     assert f[victim].read_bytes() == before
 
@@ -304,7 +328,7 @@ def test_a_path_too_long_is_one_line(tmp_path, case):
             "sweep-out": ["sweep", "quadrant", "--archs", "cpu-serial", "--batch", "8", "--no-store", "--out", long],
             "bench-json": ["bench", "--workloads", "net-1h", "--batch", "8", "--no-store", "--json", long + ".json"],
             }[case]
-    proc = layerlab(*argv)
+    proc = in_process(*argv)
     assert proc.returncode == 2, proc.stderr
     one_line_error(proc, "File name too long")
     assert "d" * 300 in proc.stderr and "epoch" not in proc.stdout
