@@ -8,7 +8,7 @@ from . import bench, runtime
 from .cli import _silence_stdout, record_points, signal_said, stop_signals_interrupt
 from .errors import ConfigError, LayerlabError, OutputError
 from .fileio import check_outputs, input_files, rescue, write_or_rescue
-from .limits import ascii_int
+from .limits import MAX_THREADS, ascii_int
 from .network import check_batch
 from .peer import PeerError
 
@@ -56,6 +56,8 @@ def _check(args) -> tuple[list[str], list[int]]:
         # Before the benchmark, not found unwritable after it; never over the run store.
         check_outputs([("--json", args.json)], input_files("the run store", args.store or default_path()))
     batches = _ints(args.batch, "batch")
+    if args.threads is not None and args.threads > MAX_THREADS:  # (before the table's header, not under it)
+        raise ConfigError(f"--threads {args.threads:,} is more than the {MAX_THREADS:,} a run may start")
     for name in names:  # a batch size the buffers cannot index is refused before any point is measured
         for batch in batches:
             check_batch(bench.workload_model(name), batch)

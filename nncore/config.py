@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError, DataError
-from .limits import BIG_DIGITS, CONFIG_BYTES, CONFIG_DEPTH, INT32_MAX, clip, depth, regular_file
+from .limits import BIG_DIGITS, CONFIG_BYTES, CONFIG_DEPTH, INT32_MAX, MAX_THREADS, clip, depth, regular_file
 from .runtime import ARCHS
 
 try:
@@ -36,6 +36,7 @@ _OPEN = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0
 _UNIT = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1, "a number in [0, 1]")
 _BOOL = (lambda v: isinstance(v, bool), "true or false")
 _STR = (lambda v: isinstance(v, str) and v != "", "a non-empty string")
+_THREADS = (lambda v: _INT[0](v) and v <= MAX_THREADS, f"a whole number from 1 to {MAX_THREADS:,}")
 OPTIMIZER_NAMES = ("sgd", "adam")  # nncore.optim.OPTIMIZERS, named here so that checking a config loads no kernels
 _OPTIMIZER = (lambda v: isinstance(v, str) and v.lower() in OPTIMIZER_NAMES, "one of " + ", ".join(OPTIMIZER_NAMES))
 
@@ -43,7 +44,7 @@ TRAIN_FIELDS = {
     "epochs": (5, _INT), "batch_size": (64, _INT), "lr": (0.1, _POS), "optimizer": ("sgd", _OPTIMIZER),
     "momentum": (0.0, _FRAC), "weight_decay": (0.0, _NONNEG),
     "seed": (0, _NONNEG_INT), "shuffle": (True, _BOOL), "arch": ("cpu-parallel", _STR),
-    "threads": (None, _INT), "timing_every": (10, _INT), "log_every": (0, _NONNEG_INT),
+    "threads": (None, _THREADS), "timing_every": (10, _INT), "log_every": (0, _NONNEG_INT),
     "ranks": (1, _INT),  # data-parallel MPI ranks (`layerlab train` starts mpiexec when above 1)
 }
 _COLUMN = (lambda v: (isinstance(v, str) and v != "") or (isinstance(v, int) and not isinstance(v, bool)),

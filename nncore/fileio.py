@@ -167,6 +167,8 @@ def input_files(what: str, path) -> list[tuple[str, Path]]:
             return [(what, f) for f in p.iterdir() if f.is_file()]
     except OSError:
         return []
+    if what == "the run store":  # SQLite's files beside it hold its latest writes
+        return [(what, p)] + [(what, p.with_name(p.name + s)) for s in ("-wal", "-shm", "-journal")]
     return [(what, p)]
 
 

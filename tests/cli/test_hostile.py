@@ -236,9 +236,9 @@ def test_a_full_stdout_is_one_line_and_a_sweep_keeps_its_files(tmp_path, command
         proc = subprocess.run([sys.executable, "-m", "nncore.cli", *map(str, argv)], stdout=full,
                               stderr=subprocess.PIPE, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    last = [line for line in proc.stderr.splitlines() if line.startswith("layerlab")]
-    assert "Traceback" not in proc.stderr and last == ["layerlab: error: the output could not be written "
-                                                       "(No space left on device)"], proc.stderr
+    # One line: no progress bar drawn on a stderr that is not a terminal either.
+    assert proc.stderr.splitlines() == ["layerlab: error: the output could not be written (No space left on "
+                                        "device)"], proc.stderr
     if command == "sweep":
         points = json.loads((tmp_path / "out" / "sweep.json").read_text())["points"]
         assert len(points) == 1 and points[0]["batch"] == 8
@@ -249,6 +249,17 @@ def test_a_long_invalid_choice_is_quoted_clipped():
     assert proc.returncode == 2
     one_line_error(proc, "--optimizer: invalid choice: '" + "x" * 40 + "…'")
     assert len(proc.stderr) < 200
+
+
+@pytest.mark.parametrize("argv", [["--threads", "100000"], ["{tmp}/threads.toml"]])
+def test_a_thread_count_past_what_a_run_may_start_is_refused(tmp_path, argv):
+    """100,000 threads: Taichi's pool started 32,000 of them and the process hung, deaf to SIGTERM."""
+    (tmp_path / "threads.toml").write_text('[model]\ninput = [2]\nloss = "bce"\nlayers = [{ type = "Linear", '
+                                           'out_features = 1 }]\n[train]\nthreads = 5000\n')
+    args = [a.format(tmp=tmp_path) for a in argv]
+    proc = in_process("train", *(args if len(args) == 1 else ["quadrant", *args]), "--no-store")
+    assert proc.returncode == 2
+    one_line_error(proc, "must be a whole number from 1 to 1,024")
 
 
 def test_two_outputs_on_one_file_are_refused(tmp_path):
@@ -273,11 +284,19 @@ def _inputs(tmp_path, checkpoint):
     shutil.copy(checkpoint, resume)
     store = tmp_path / "s.sqlite"
     Store(store).close()
-    return {"config": config, "table": table, "ck": resume, "store": store}
+    wal = tmp_path / "s.sqlite-wal"  # (there while another process has the store open; here, only its name)
+    (tmp_path / "d").mkdir()
+    sweepcsv = tmp_path / "d" / "sweep.csv"
+    shutil.copy(table, sweepcsv)
+    sweepnet = tmp_path / "sweepnet.toml"
+    sweepnet.write_text('[model]\nloss = "cross_entropy"\nlayers = [{ type = "Linear", out_features = 2 }]\n'
+                        f'[data]\npath = "{sweepcsv}"\n')
+    return {"config": config, "table": table, "ck": resume, "store": store, "wal": wal, "sweepcsv": sweepcsv,
+            "sweepnet": sweepnet}
 
 
 @pytest.mark.parametrize("case", ["jsonl-over-resume", "jsonl-over-config", "weights-over-data", "jsonl-over-store",
-                                  "export-over-store", "bench-over-store"])
+                                  "export-over-store", "export-over-wal", "bench-over-store", "sweep-over-data"])
 def test_an_output_over_an_input_is_refused_and_the_input_kept(tmp_path, checkpoint, case):
     """An output on the same file as something the command reads was written over it: --jsonl opened (emptied) the
     checkpoint to resume from before it was read, --save-weights replaced the CSV, `runs export --json` and
@@ -294,13 +313,18 @@ def test_an_output_over_an_input_is_refused_and_the_input_kept(tmp_path, checkpo
         "export-over-store": (["runs", *store, "export", "--all", "--json", f["store"]], "store"),
         "bench-over-store": (["bench", "--workloads", "net-1h", "--batch", "8", "--steps", "1", "--repeats", "1",
                               "--no-torch", *store, "--json", f["store"]], "store"),
+        # (the store's write-ahead log holds its latest runs until SQLite folds them into the file)
+        "export-over-wal": (["runs", *store, "export", "--all", "--csv", f"{f['store']}-wal"], "wal"),
+        # the data file named sweep.csv in the directory the sweep writes into
+        "sweep-over-data": (["sweep", f["sweepnet"], "--archs", "cpu-serial", "--batch", "8", "--steps", "1",
+                             "--repeats", "1", "--no-store", "--out", tmp_path / "d"], "sweepcsv"),
     }[case]
-    before = f[victim].read_bytes()
+    before = f[victim].read_bytes() if f[victim].exists() else None
     proc = in_process(*argv)
     assert proc.returncode == 2, proc.stderr
     one_line_error(proc, "the same file as ")
     assert str(f[victim]) in proc.stderr and "epoch" not in proc.stdout
-    assert f[victim].read_bytes() == before
+    assert (f[victim].read_bytes() if f[victim].exists() else None) == before
 
 
 def test_a_checkpoint_may_be_written_over_the_one_resumed_from(tmp_path, checkpoint):

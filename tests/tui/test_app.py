@@ -107,7 +107,11 @@ async def test_the_decision_boundary_says_what_its_colours_and_axes_are(fixed_en
         app.query_one("#boundary").show(boundary)
         await pilot.pause()
         text = screen_text(app)
-        assert "p(1) blue 0 orange 1" in text and "x₁ → x₂ ↑ ±1.1" in text, text
+        assert "p(1): blue→orange" in text and "x₁ → x₂ ↑ ±1.1" in text, text
+        # A data set's own extent (not quite symmetric, six digits) is said rounded: it was cut off.
+        app.query_one("#boundary").show({**boundary, "extent": [-1.12924, 1.12913, -1.1291, 1.1302]})
+        await pilot.pause()
+        assert "x₁ → x₂ ↑ ±1.1" in screen_text(app)
         app.query_one("#boundary").clear()
         await pilot.pause()
         assert "p(1)" not in screen_text(app)

@@ -38,8 +38,10 @@ class BoundaryPlot(Widget):
         # What the colours and the axes are, on the border: p(class 1) from blue (0) to orange (1) over the inputs'
         # plane, the first input across, the second up (test points as dots, white for class 1).
         x0, x1, y0, y1 = msg["extent"]
-        self.border_title = "p(1) blue 0 orange 1"
-        span = f"±{x1:g}" if x0 == -x1 == y0 == -y1 else f"x₁ {x0:g}…{x1:g}, x₂ {y0:g}…{y1:g}"
+        self.border_title = "p(1): blue→orange"
+        ends = [round(v, 1) for v in (x0, x1, y0, y1)]  # (a data set's extent: 1.13, not 1.12924)
+        span = (f"±{ends[1]:g}" if ends[0] == -ends[1] == ends[2] == -ends[3]
+                else f"{ends[0]:g}…{ends[1]:g}, {ends[2]:g}…{ends[3]:g}")
         self.border_subtitle = f"x₁ → x₂ ↑ {span}"
         self.refresh()
 
