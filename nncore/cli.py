@@ -178,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--init-weights", metavar="F.npz")
     t.add_argument("--save-weights", metavar="F.npz")
     t.add_argument("--checkpoint", metavar="FILE", help="where checkpoints go (written atomically)")
-    t.add_argument("--checkpoint-every", metavar="N|Ne", help="a checkpoint every N steps, or every N epochs (Ne)")
+    t.add_argument("--checkpoint-every", metavar="N|Ne", help="a checkpoint every N steps, or every N epochs (Ne); with --checkpoint alone, every epoch")
     t.add_argument("--resume", metavar="FILE", help="continue a run from its checkpoint, bit-identically")
     t.add_argument("--jsonl", metavar="FILE|-", help="write the events as JSON lines ('-': stdout, instead of text)")
     t.add_argument("--quiet", action="store_true", help="print only the final summary")

@@ -111,7 +111,9 @@ class Trainer:
         self.stop_agreed = self.failed_alone = False
         self.init_weights, self.save_weights = init_weights, save_weights
         self.checkpoint, self.resume = checkpoint, resume
-        self.every = ckpt.parse_every(checkpoint_every) if checkpoint_every is not None else None
+        # A checkpoint file with no interval is written at every epoch's end.
+        every = checkpoint_every if checkpoint_every is not None else ("1e" if checkpoint else None)
+        self.every = ckpt.parse_every(every) if every is not None else None
         if self.every and not checkpoint:
             raise ConfigError("--checkpoint-every needs --checkpoint FILE")
         self.epoch = self.step = 0

@@ -262,6 +262,15 @@ def test_a_thread_count_past_what_a_run_may_start_is_refused(tmp_path, argv):
     one_line_error(proc, "must be a whole number from 1 to 1,024")
 
 
+def test_a_checkpoint_file_alone_is_written_every_epoch(tmp_path):
+    """`--checkpoint FILE` without `--checkpoint-every` trained to its end and wrote no checkpoint at all."""
+    ck = tmp_path / "ck.npz"
+    proc = layerlab("train", *RUN, "--no-store", "--checkpoint", ck, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    pos = ckpt.load(ck)["position"]
+    assert pos.epoch == 2 and pos.step == 100  # the last epoch's end: 2 epochs of 50 steps
+
+
 def test_two_outputs_on_one_file_are_refused(tmp_path):
     proc = layerlab("train", *RUN, "--checkpoint", tmp_path / "x.npz", "--save-weights", tmp_path / "x.npz")
     assert proc.returncode == 2
