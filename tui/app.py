@@ -26,7 +26,7 @@ from nncore.runtime import available_archs
 from nncore.store import MEMORY, Recorder, Store, StoreError, failure_status
 from tui.child import RunHandle, distributed_main, record_sweep, sweep_main
 from tui.guard import GuardedApp
-from tui.keys import APP_KEYS, TAB_TITLES, TABS, bindings
+from tui.keys import ANALYSIS_KEYS, APP_KEYS, MODEL_KEYS, RUNS_KEYS, TAB_TITLES, TABS, TRAIN_KEYS, bindings
 from tui.panes.analysis import AnalysisPane
 from tui.panes.model import EMPTY, ModelPane
 from tui.panes.runs import RunsPane
@@ -77,6 +77,11 @@ def _model_checks(model: dict) -> bool:
         return False
     return True
 
+
+
+# Each view's keys and the widget they are bound on (what gets the focus when one is pressed on the view tabs).
+VIEW_KEY_OWNERS = {"model": ("#layers", MODEL_KEYS), "train": ("#train-body", TRAIN_KEYS),
+                   "runs": ("#runs-table", RUNS_KEYS), "analysis": ("#sweep-run", ANALYSIS_KEYS)}
 
 class LayerlabApp(GuardedApp):
     CSS_PATH = "app.tcss"
@@ -711,6 +716,15 @@ class LayerlabApp(GuardedApp):
     def on_key(self, event) -> None:
         """A run control pressed where it cannot act (its key is out of the footer then) says why, where it did
         nothing at all. (Keys typed into a text field never get here.)"""
+        if isinstance(self.focused, Tabs) and self.screen is self.screen_stack[0]:
+            # The view tabs focused (Tab stops there): the view's own keys are bound inside it, out of the focus's
+            # reach, so w, a, e... did nothing. The focus goes into the view and the key is pressed again there.
+            target, keys = VIEW_KEY_OWNERS.get(self.query_one(TabbedContent).active, (None, ()))
+            if target is not None and any(event.key == k.plain for k in keys):
+                event.stop()
+                self.query_one(target).focus()
+                self.simulate_key(event.key)
+                return
         action = next((k.action for k in APP_KEYS if event.key in (k.plain, k.anywhere)), None)
         if action not in RUN_ACTIONS or self.screen is not self.screen_stack[0]:
             return

@@ -117,6 +117,32 @@ async def test_the_decision_boundary_says_what_its_colours_and_axes_are(fixed_en
         assert "p(1)" not in screen_text(app)
 
 
+async def test_a_views_keys_act_when_the_view_tabs_have_the_focus(fixed_env):
+    """Tab stops on the view tabs; from there a view's own keys (a in Model, w in Runs) did nothing, as they are
+    bound inside the view. They act, and the focus goes into the view."""
+    from textual.widgets import Tabs
+
+    from tui.panes.runs import RunsTable
+    from tui.screens.pick import PickScreen
+
+    app = LayerlabApp("quadrant")
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.query_one(Tabs).focus()
+        await pilot.pause()
+        await pilot.press("a")  # add a layer: asks for its type
+        await wait_for(pilot, lambda: isinstance(app.screen, PickScreen), 10)
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.press("4")
+        app.query_one(Tabs).focus()
+        await pilot.pause()
+        table = app.query_one(RunsTable)
+        assert not table.every
+        await pilot.press("w")
+        await wait_for(pilot, lambda: table.every, 10)
+        assert app.focused is table
+
+
 async def test_bad_settings_are_marked_inline(fixed_env):
     app = LayerlabApp("quadrant")
     async with app.run_test(size=SIZE) as pilot:
