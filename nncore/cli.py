@@ -340,11 +340,21 @@ def open_store(args, quiet: bool = False):
     return store
 
 
+def check_store_name(path: str | None) -> None:
+    """A --store PATH the system can look up (not a name too long, not a loop of links)."""
+    try:
+        if path is not None:
+            Path(path).expanduser().exists()
+    except OSError as exc:
+        raise ConfigError(f"--store {path}: {exc.strerror or exc}") from None
+
+
 def check_store_arg(path: str | None) -> None:
     """A --store PATH must be in a directory that exists (checked before anything runs: a typo would otherwise
     start a store of its own, or, with the directory made, a new tree)."""
     if path is None:
         return
+    check_store_name(path)
     parent = Path(path).expanduser().parent
     if not parent.is_dir():
         raise ConfigError(f"--store {path}: no directory {parent} (make it first, or give another path)")
@@ -695,9 +705,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"layerlab {package_version()}")
         return EXIT_OK
     try:
-        if args.command in ("train", "sweep", "bench") and not getattr(args, "no_store", False):
+        if args.command in ("train", "sweep", "bench", "runs") and not getattr(args, "no_store", False):
             try:
-                check_store_arg(getattr(args, "store", None))
+                (check_store_name if args.command == "runs" else check_store_arg)(getattr(args, "store", None))
             except ConfigError as exc:
                 print(f"layerlab: error: {exc}", file=sys.stderr)
                 return exc.exit_code

@@ -58,6 +58,10 @@ def run_sweep_cli(args) -> int:
         if not str(args.out).strip():
             raise ConfigError("--out '': give a directory")
         out = Path(args.out).expanduser()
+        try:
+            out.exists()
+        except OSError as exc:  # a name too long, a loop of links
+            raise ConfigError(f"--out {args.out}: {exc.strerror or exc}") from None
         if not out.parent.is_dir():  # as --store: a typo makes no tree of directories
             raise ConfigError(f"--out {args.out}: no directory {out.parent} (make it first, or give another path)")
         if out.exists() and not out.is_dir():

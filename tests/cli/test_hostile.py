@@ -365,6 +365,9 @@ def test_a_path_too_long_is_one_line(tmp_path, case):
     assert proc.returncode == 2, proc.stderr
     one_line_error(proc, "File name too long")
     assert "d" * 300 in proc.stderr and "epoch" not in proc.stdout
+    flag = {"save-weights": "--save-weights", "jsonl": "--jsonl", "store": "--store", "runs-store": "--store",
+            "sweep-out": "--out", "bench-json": "--json"}.get(case)
+    assert flag is None or proc.stderr.startswith(f"layerlab: error: {flag} "), proc.stderr  # the option named
 
 
 @pytest.mark.parametrize("closed", ["2>&-", ">&-"])
