@@ -41,16 +41,20 @@ def test_random_bytes_as_idx(tmp_path_factory, raw):
     assert arr.dtype == np.uint8 and arr.ndim in (1, 3)
 
 
+def _small_idx_set() -> dict:
+    """A tiny MNIST-format set (6 training and 3 test images of 4 x 5), the same bytes at every call."""
+    rng = np.random.default_rng(0)
+    return {"train-images-idx3-ubyte": rng.integers(0, 256, (6, 4, 5)), "train-labels-idx1-ubyte":
+            rng.integers(0, 10, 6), "t10k-images-idx3-ubyte": rng.integers(0, 256, (3, 4, 5)),
+            "t10k-labels-idx1-ubyte": rng.integers(0, 10, 3)}
+
+
 @fuzz(150)
 @given(cuts=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=4),
        truncate=st.integers(0, 400), gz=st.booleans())
 def test_mutated_idx_directories(tmp_path_factory, cuts, truncate, gz):
     d = tmp_path_factory.mktemp("mnist")
-    rng = np.random.default_rng(0)
-    files = {"train-images-idx3-ubyte": rng.integers(0, 256, (6, 4, 5)), "train-labels-idx1-ubyte":
-             rng.integers(0, 10, 6), "t10k-images-idx3-ubyte": rng.integers(0, 256, (3, 4, 5)),
-             "t10k-labels-idx1-ubyte": rng.integers(0, 10, 3)}
-    for i, (name, arr) in enumerate(files.items()):
+    for i, (name, arr) in enumerate(_small_idx_set().items()):
         raw = bytearray(_idx(arr))
         if i == 0:  # mutate the training images: flipped bytes, then a cut
             for pos, val in cuts:
@@ -71,11 +75,7 @@ def test_mutated_idx_directories(tmp_path_factory, cuts, truncate, gz):
 def test_damaged_gzip_streams_are_refused_naming_the_file(tmp_path_factory, flips):
     """Bytes changed inside the compressed stream (past gzip's header): zlib.error escaped describe()."""
     d = tmp_path_factory.mktemp("mnist-gz")
-    rng = np.random.default_rng(0)
-    files = {"train-images-idx3-ubyte": rng.integers(0, 256, (6, 4, 5)), "train-labels-idx1-ubyte":
-             rng.integers(0, 10, 6), "t10k-images-idx3-ubyte": rng.integers(0, 256, (3, 4, 5)),
-             "t10k-labels-idx1-ubyte": rng.integers(0, 10, 3)}
-    for i, (name, arr) in enumerate(files.items()):
+    for i, (name, arr) in enumerate(_small_idx_set().items()):
         raw = bytearray(gzip.compress(_idx(arr), mtime=0))
         if i == 0:
             for pos, val in flips:
