@@ -202,8 +202,20 @@ def read_idx(path) -> np.ndarray:
     return np.frombuffer(raw, np.uint8).reshape(dims)
 
 
+def idx_names(stem: str) -> tuple[str, ...]:
+    """The names an IDX file of ``stem`` is looked for under, in order."""
+    return stem + ".gz", stem, stem.replace("-idx", ".idx") + ".gz", stem.replace("-idx", ".idx")
+
+
+def idx_files_read(directory) -> list[Path]:
+    """The files of an IDX directory that loading it reads (those present)."""
+    d = Path(directory)
+    return [d / name for stems in IDX_FILES.values() for stem in stems for name in idx_names(stem)
+            if os.path.lexists(d / name)]
+
+
 def _find_file(directory: Path, stem: str) -> Path:
-    for name in (stem + ".gz", stem, stem.replace("-idx", ".idx") + ".gz", stem.replace("-idx", ".idx")):
+    for name in idx_names(stem):
         if os.path.lexists(directory / name):  # (a broken link or a loop is found, and read_idx says which)
             return directory / name
     raise DataError(f"{directory / stem}: no such file (looked for {stem}[.gz])")

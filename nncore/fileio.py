@@ -158,13 +158,15 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def input_files(what: str, path) -> list[tuple[str, Path]]:
     """(what, file) for an input the command reads: the file itself, or for a directory (an IDX data set) the
-    files in it, which an output written there must not replace."""
+    IDX files loading it reads; other files there (weights, checkpoints kept beside the data) are not inputs."""
     if path is None or not str(path).strip():
         return []
     p = Path(os.path.realpath(os.path.expanduser(str(path))))
     try:
         if p.is_dir():
-            return [(what, f) for f in p.iterdir() if f.is_file()]
+            from .data import idx_files_read
+
+            return [(what, f) for f in idx_files_read(p)]
     except OSError:
         return []
     if what == "the run store":  # SQLite's files beside it hold its latest writes

@@ -14,8 +14,8 @@ import stat
 from .errors import ConfigError, DataError
 
 INT32_MAX = 2**31 - 1
-# Taichi's CPU pool starts every thread asked for; tens of thousands of them stalled the process at start,
-# deaf to SIGTERM. 1,024 is far past any machine's cores and still starts in moments.
+# Taichi's CPU pool starts every thread asked for; tens of thousands stall the process at start, and it does
+# not answer SIGTERM meanwhile. 1,024 is far past any machine's cores and still starts in moments.
 MAX_THREADS = 1024
 CONFIG_BYTES = 1 << 20  # a config file: far above any real one, far below what would hurt to parse
 CONFIG_DEPTH = 16  # tables and lists within each other in a config

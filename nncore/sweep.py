@@ -180,6 +180,9 @@ def report(points, amdahl: analysis.AmdahlView | None, out=sys.stdout) -> None:
 
 
 def _progress(i, n, what):
+    if not sys.stderr.isatty():  # a log: a line a point, no bar redrawn in place
+        print(f"sweep {i}/{n} {what}", file=sys.stderr, flush=True)
+        return
     width = 24
     done = int(width * i / max(n, 1))
     sys.stderr.write(f"\rsweep [{'#' * done}{'-' * (width - done)}] {i}/{n} {what:<40}")

@@ -80,9 +80,10 @@ def run_sweep_cli(args) -> int:
         with stop_signals_interrupt() as received:
             try:
                 points = sweep.run_sweep(model, archs, batches, filters, threads, args.steps, args.repeats,
-                                         args.warmup, progress=sweep._progress if sys.stderr.isatty() else None)
+                                         args.warmup, progress=sweep._progress)
             except KeyboardInterrupt:  # (before the first point ended: nothing to keep; "interrupted" on a line
-                sys.stderr.write("\n")  # of its own, not after the open progress line)
+                if sys.stderr.isatty():  # of its own, not after the open progress line)
+                    sys.stderr.write("\n")
                 if not received:
                     raise
                 print(f"layerlab: {signal_said(received[0])}", file=sys.stderr)
@@ -99,7 +100,7 @@ def run_sweep_cli(args) -> int:
     except LayerlabError as exc:
         print(f"layerlab: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    if stopped:
+    if stopped and sys.stderr.isatty():
         sys.stderr.write("\n")  # (the progress line was left open)
     extra = {"config": str(cfg.source), "args": {k: v for k, v in vars(args).items() if k != "command"},
              "amdahl": None if amdahl is None else amdahl.__dict__}

@@ -117,7 +117,7 @@ class LayerlabApp(GuardedApp):
         self.steps_total = self.epochs_total = 0
         self.started_at = self.paused_at = self.paused_s = 0.0
         # Steps run while paused (single steps): left out of the rate the ETA is worked out from, as paused time is.
-        self.last_step = self.paused_step = self.paused_steps = 0
+        self.last_step = self.paused_steps = 0
         self.archs = {s.name: s for s in available_archs()}
         self.clock = time.monotonic  # what the ETA's clock reads (tests replace it)
 
@@ -372,7 +372,7 @@ class LayerlabApp(GuardedApp):
         self.recorder = Recorder(self.store, name, cfg) if self.child_store is None else None
         self.paused, self.steps_total, self.epochs_total = False, 0, tr["epochs"]
         self.started_at, self.paused_s = self.clock(), 0.0
-        self.last_step = self.paused_step = self.paused_steps = 0
+        self.last_step = self.paused_steps = 0
         self.query_one(TrainPane).reset(None, boundary=cfg["model"].get("input") == [2] and self.current.ranks == 1)
         if self.current.ranks > 1:
             self.query_one("#boundary").clear("no decision boundary: a run over ranks")
@@ -402,10 +402,9 @@ class LayerlabApp(GuardedApp):
             return
         self.paused = not self.paused
         if self.paused:
-            self.paused_at, self.paused_step = self.clock(), self.last_step
+            self.paused_at = self.clock()
         else:
             self.paused_s += self.clock() - self.paused_at
-            self.paused_steps += self.last_step - self.paused_step
         self.handle.send("pause" if self.paused else "resume")
         self.query_one(TrainPane).show_eta(self._eta_s())
         self._update_controls()
@@ -414,6 +413,7 @@ class LayerlabApp(GuardedApp):
     def action_step(self) -> None:
         if self.handle is not None and self.paused:
             self.handle.send("step")
+            self.paused_steps += 1  # (left out of the ETA's rate, as the paused time is)
 
     def action_stop(self) -> None:
         if self.handle is not None:
@@ -451,7 +451,7 @@ class LayerlabApp(GuardedApp):
             self.steps_total = msg["steps_per_epoch"] * msg["config"]["train"]["epochs"]
             self.epochs_total = msg["config"]["train"]["epochs"]
             self.started_at, self.paused_s = self.clock(), 0.0
-            self.last_step = self.paused_step = self.paused_steps = 0
+            self.last_step = self.paused_steps = 0
             if self.paused:
                 self.paused_at = self.started_at
             run.arch, run.threads = msg["arch"], msg["threads"]
@@ -717,14 +717,17 @@ class LayerlabApp(GuardedApp):
         """A run control pressed where it cannot act (its key is out of the footer then) says why, where it did
         nothing at all. (Keys typed into a text field never get here.)"""
         if isinstance(self.focused, Tabs) and self.screen is self.screen_stack[0]:
-            # The view tabs focused (Tab stops there): the view's own keys are bound inside it, out of the focus's
-            # reach, so w, a, e... did nothing. The focus goes into the view and the key is pressed again there.
+            # The view tabs focused (Tab stops there): the view's keys are bound on widgets inside it, outside the
+            # tabs' focus chain, so the focus moves into the view and the key is pressed again there.
             target, keys = VIEW_KEY_OWNERS.get(self.query_one(TabbedContent).active, (None, ()))
-            if target is not None and any(event.key == k.plain for k in keys):
-                event.stop()
-                self.query_one(target).focus()
-                self.simulate_key(event.key)
-                return
+            # (not enter or space: on the tabs they read as choosing a tab, not as acting on the selected row)
+            if target is not None and event.key not in ("enter", "space") and any(event.key == k.plain for k in keys):
+                owner = self.query_one(target)
+                if owner.focusable:  # (else the key would come back here, to the tabs, again)
+                    event.stop()
+                    owner.focus()
+                    self.simulate_key(event.key)
+                    return
         action = next((k.action for k in APP_KEYS if event.key in (k.plain, k.anywhere)), None)
         if action not in RUN_ACTIONS or self.screen is not self.screen_stack[0]:
             return

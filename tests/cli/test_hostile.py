@@ -236,9 +236,10 @@ def test_a_full_stdout_is_one_line_and_a_sweep_keeps_its_files(tmp_path, command
         proc = subprocess.run([sys.executable, "-m", "nncore.cli", *map(str, argv)], stdout=full,
                               stderr=subprocess.PIPE, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    # One line: no progress bar drawn on a stderr that is not a terminal either.
-    assert proc.stderr.splitlines() == ["layerlab: error: the output could not be written (No space left on "
-                                        "device)"], proc.stderr
+    # One line of error; on a stderr that is not a terminal the sweep's progress is a plain line a point.
+    lines = proc.stderr.splitlines()
+    assert all(line.startswith("sweep ") and "\r" not in line for line in lines[:-1]), proc.stderr
+    assert lines[-1:] == ["layerlab: error: the output could not be written (No space left on device)"], proc.stderr
     if command == "sweep":
         points = json.loads((tmp_path / "out" / "sweep.json").read_text())["points"]
         assert len(points) == 1 and points[0]["batch"] == 8
@@ -334,6 +335,23 @@ def test_an_output_over_an_input_is_refused_and_the_input_kept(tmp_path, checkpo
     one_line_error(proc, "the same file as ")
     assert str(f[victim]) in proc.stderr and "epoch" not in proc.stdout
     assert (f[victim].read_bytes() if f[victim].exists() else None) == before
+
+
+def test_outputs_beside_an_idx_directorys_files_are_not_its_inputs(tmp_path):
+    """Only the IDX files a data directory's loading reads are its inputs: weights kept beside them were counted
+    as "the data" once they existed, so the same command run twice was refused the second time."""
+    from nncore.data import IDX_FILES
+    from nncore.fileio import check_outputs, input_files
+
+    for stems in IDX_FILES.values():
+        for stem in stems:
+            (tmp_path / (stem + ".gz")).write_bytes(b"x")
+    (tmp_path / "w.npz").write_bytes(b"earlier weights")
+    inputs = input_files("the data", tmp_path)
+    assert sorted(p.name for _, p in inputs) == sorted(stem + ".gz" for v in IDX_FILES.values() for stem in v)
+    check_outputs([("--save-weights", tmp_path / "w.npz")], inputs)  # a rerun's weights: allowed
+    with pytest.raises(LayerlabError, match="the same file as the data"):
+        check_outputs([("--jsonl", tmp_path / "train-images-idx3-ubyte.gz")], inputs)
 
 
 def test_a_checkpoint_may_be_written_over_the_one_resumed_from(tmp_path, checkpoint):

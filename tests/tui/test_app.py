@@ -907,7 +907,8 @@ async def test_the_eta_waits_while_paused_and_leaves_single_steps_out(fixed_env)
         await pilot.pause()
         assert "ETA —" in line(), line()  # shown at once, not at the next step event
         clock[0] = 200.0
-        for i in (11, 12, 13):  # single steps while paused
+        for i in (11, 12, 13):  # single steps while paused (n), each reported
+            app.action_step()
             app._run_message(events[i])
         await pilot.pause()
         assert "step 13/100" in line() and "ETA —" in line(), line()
