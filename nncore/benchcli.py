@@ -5,10 +5,10 @@ import json
 import sys
 
 from . import bench, runtime
-from .cli import _silence_stdout, record_points, signal_said, stop_signals_interrupt
+from .cli import _silence_stdout, record_points, signal_said, stop_signals_interrupt, store_inputs
 from .errors import ConfigError, LayerlabError, OutputError
-from .fileio import check_outputs, input_files, rescue, write_or_rescue
-from .limits import MAX_THREADS, ascii_int
+from .fileio import check_outputs, rescue, write_or_rescue
+from .limits import ascii_int, check_threads
 from .network import check_batch
 from .peer import PeerError
 
@@ -51,13 +51,10 @@ def _check(args) -> tuple[list[str], list[int]]:
         raise ConfigError(f"--round-warmup {args.round_warmup} must be >= 0")
     bench.check_step_counts(args, ("steps", "warmup", "round_warmup"))
     if args.json not in (None, "-"):
-        from nncore.store import default_path
-
         # Before the benchmark, not found unwritable after it; never over the run store.
-        check_outputs([("--json", args.json)], input_files("the run store", args.store or default_path()))
+        check_outputs([("--json", args.json)], store_inputs(args.store))
     batches = _ints(args.batch, "batch")
-    if args.threads is not None and args.threads > MAX_THREADS:  # (before the table's header, not under it)
-        raise ConfigError(f"--threads {args.threads:,} is more than the {MAX_THREADS:,} a run may start")
+    check_threads(args.threads, "--threads")  # (before the table's header, not under it)
     for name in names:  # a batch size the buffers cannot index is refused before any point is measured
         for batch in batches:
             check_batch(bench.workload_model(name), batch)

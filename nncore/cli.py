@@ -308,18 +308,30 @@ def _recorder(args, cfg):
                     warn=lambda msg: _stderr(f"layerlab: warning: {msg}"))
 
 
-def _train_inputs(cfg, args) -> list:
-    """What a training run reads, which none of its outputs may overwrite."""
-    from nncore.fileio import input_files
+def store_inputs(store: str | None) -> list:
+    """The run store (--store, or the default one) as an input no output may overwrite: its history, also
+    under --no-store."""
+    from nncore.fileio import store_files
     from nncore.store import default_path
 
-    found = []
-    if Path(cfg.source).is_file():
-        found += input_files("the config", cfg.source)
+    return store_files(store or default_path())
+
+
+def run_inputs(cfg, store: str | None) -> list:
+    """What a run of ``cfg`` reads, which none of its outputs may overwrite: the config file, the data, the store."""
+    from nncore.fileio import input_files
+
+    found = input_files("the config", cfg.source) if Path(cfg.source).is_file() else []
     found += input_files("the data", cfg.data.get("path")) + input_files("the test data", cfg.data.get("test_path"))
-    found += input_files("--resume", args.resume) + input_files("--init-weights", args.init_weights)
-    found += input_files("the run store", args.store or default_path())  # (history, also under --no-store)
-    return found
+    return found + store_inputs(store)
+
+
+def _train_inputs(cfg, args) -> list:
+    """What a training run reads: its config, data and store, and the weights or checkpoint it starts from."""
+    from nncore.fileio import input_files
+
+    return (run_inputs(cfg, args.store) + input_files("--resume", args.resume)
+            + input_files("--init-weights", args.init_weights))
 
 
 def open_store(args, quiet: bool = False):

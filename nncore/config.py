@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError, DataError
-from .limits import BIG_DIGITS, CONFIG_BYTES, CONFIG_DEPTH, INT32_MAX, MAX_THREADS, clip, depth, regular_file
+from .limits import (BIG_DIGITS, CONFIG_BYTES, CONFIG_DEPTH, INT32_MAX, MAX_THREADS, clip, depth, printable,
+                     regular_file)
 from .runtime import ARCHS
 
 try:
@@ -76,7 +77,7 @@ class RunConfig:
         """What the network is called in the run store and the app: the config's ``name``, else its file's name
         without the suffix (its characters that are not printable, such as escape sequences and newlines a file's
         name may hold, as '?'; at most NAME_CHARS of them, as a ``name`` is held to)."""
-        return self.name or "".join(c if c.isprintable() else "?" for c in Path(self.source).stem)[:NAME_CHARS]
+        return self.name or printable(Path(self.source).stem)[:NAME_CHARS]
 
     def __post_init__(self):
         self.data = _fill("data", self.data, DATA_FIELDS, self.source)

@@ -169,9 +169,13 @@ def input_files(what: str, path) -> list[tuple[str, Path]]:
             return [(what, f) for f in idx_files_read(p)]
     except OSError:
         return []
-    if what == "the run store":  # SQLite's files beside it hold its latest writes
-        return [(what, p)] + [(what, p.with_name(p.name + s)) for s in ("-wal", "-shm", "-journal")]
     return [(what, p)]
+
+
+def store_files(path) -> list[tuple[str, Path]]:
+    """The run store's file and SQLite's files beside it, which hold its latest writes, as inputs."""
+    return [("the run store", q) for suffix in ("", "-wal", "-shm", "-journal")
+            for _, q in input_files("", f"{path}{suffix}")]
 
 
 def check_outputs(outputs: list[tuple[str, object]], inputs: list[tuple[str, Path]] = (),

@@ -94,6 +94,17 @@ def kernel_file(path) -> bool:
 BIG_DIGITS = 30  # digits past which a whole number stands for "too large" (every range here is far below)
 
 
+def check_threads(threads: int | None, what: str = "threads") -> None:
+    """A thread count the CPU pool can start (at most MAX_THREADS)."""
+    if threads is not None and threads > MAX_THREADS:
+        raise ConfigError(f"{what} {threads:,} is more than the {MAX_THREADS:,} a run may start")
+
+
+def printable(text: str) -> str:
+    """``text`` with each unprintable character (an escape, a newline) as "?": safe to show on one line."""
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def clip(text: str, chars: int = 20) -> str:
     """``text`` cut to ``chars`` characters and "…", for an error that quotes what was given (a 5,000-digit
     argument must not become a 5,000-character message)."""

@@ -126,12 +126,17 @@ def check_spec(spec: dict) -> tuple[list[Layer], Loss | None]:
         raise ConfigError(str(exc), layer=None if exc.field else len(layers) - 1, field=exc.field) from None
 
 
+def _check_batch_index(input_shape, layers: list[Layer], batch: int) -> None:
+    """The batch's widest buffer (the input or a layer's output, times the batch) within 32-bit indices."""
+    widest = max(math.prod(s) for s in [tuple(input_shape)] + [l.out_shape for l in layers])
+    check_index(batch * widest, f"batch size {batch} times the widest layer's {widest:,} values")
+
+
 def check_batch(spec: dict, batch: int) -> None:
     """A batch size the network's buffers can be indexed at (32-bit indices), checked from the spec alone, so
     that a grid of runs refuses a bad one before it measures any."""
     layers, _ = check_spec(spec)
-    widest = max(math.prod(s) for s in [tuple(spec["input"])] + [l.out_shape for l in layers])
-    check_index(batch * widest, f"batch size {batch} times the widest layer's {widest:,} values")
+    _check_batch_index(spec["input"], layers, batch)
 
 
 def needs_input_grad(layers: list[Layer]) -> list[bool]:
@@ -380,8 +385,7 @@ class Sequential:
         if batch not in self._workspaces:
             if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
                 raise ConfigError(f"batch size {batch!r} must be a positive integer")
-            widest = max(math.prod(s) for s in [self.input_shape] + [l.out_shape for l in self.layers])
-            check_index(batch * widest, f"batch size {batch} times the widest layer's {widest:,} values")
+            _check_batch_index(self.input_shape, self.layers, batch)
             for part in self.parts:
                 for name, (_, shape) in part.scratch_shapes(batch, self.need_dinp[part.first]).items():
                     check_index(math.prod(shape), f"batch size {batch}: layer {part.first}'s {name} buffer")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .events import EpochEnd, Event, RunFailed, RunFinished, RunStarted, Step
+from .limits import printable
 from .store import mean_rate, rate_basis
 
 
@@ -80,7 +81,7 @@ def data_label(cfg: dict) -> str | None:
     if not isinstance(data, dict):
         return None
     label = (Path(str(data["path"])).name or str(data["path"])) if data.get("path") else data.get("dataset")
-    return "".join(c if c.isprintable() else "?" for c in str(label)) if label else None  # (no escapes, one line)
+    return printable(str(label)) if label else None
 
 
 def cut_name(name: str, width: int) -> str:

@@ -10,7 +10,7 @@ import time
 from datetime import datetime
 
 from .errors import ConfigError, LayerlabError, OutputError
-from .fileio import check_outputs, input_files, write_or_rescue
+from .fileio import check_outputs, store_files, write_or_rescue
 from .report import cut_name, data_label, loss_text, short_arch
 from .store import Store, StoreError, mean_rate
 
@@ -189,8 +189,7 @@ def _export(store: Store, args) -> int:
     if target == "-":
         sys.stdout.write(text)
         return 0
-    check_outputs([("--csv" if args.csv is not None else "--json", target)],
-                  input_files("the run store", store.path))
+    check_outputs([("--csv" if args.csv is not None else "--json", target)], store_files(store.path))
     write_or_rescue(target, lambda fh: fh.write(text.encode()), "the export")
     print(f"wrote {len(runs)} run(s) to {target}", file=sys.stderr)
     return 0

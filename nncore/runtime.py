@@ -27,7 +27,7 @@ import taichi as ti  # noqa: E402
 
 from . import pinning  # noqa: E402
 from .errors import BackendUnavailable, ConfigError  # noqa: E402
-from .limits import MAX_THREADS  # noqa: E402
+from .limits import check_threads  # noqa: E402
 
 ARCHS = ("cpu-serial", "cpu-parallel", "cuda")
 # Iterations per scheduled task of a CPU parallel loop (see init). Not 32, Taichi's default: the offline cache
@@ -353,9 +353,7 @@ def init(arch: str = "cpu-parallel", threads: int | None = None, pin: bool = Tru
         raise ConfigError(f"arch {arch!r} is unknown; choose one of {', '.join(ARCHS)}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ConfigError(f"threads {threads!r} must be a positive integer")
-    if threads is not None and threads > MAX_THREADS:
-        raise ConfigError(f"threads {threads:,} is more than the {MAX_THREADS:,} a run may start "
-                          f"(this machine has {cpu_count()} cores)")
+    check_threads(threads)
     if arch == "cpu-serial" and threads not in (None, 1):
         raise ConfigError(f"threads {threads} does not fit cpu-serial, which runs one thread")
     status = require_available(arch)

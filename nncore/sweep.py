@@ -104,7 +104,7 @@ def run_sweep(model: dict, archs: list[str], batches: list[int], filters: list, 
     # compare the same minutes of a shared machine; reported in the grid's order.
     order = sorted(range(len(grid)), key=lambda k: (filters.index(grid[k][3]), batches.index(grid[k][2]), k))
     points = [None] * len(grid)
-    stopped = False
+    stopped, error = False, None
     for i, k in enumerate(order):
         arch, thr, batch, filt = grid[k]
         try:
@@ -130,11 +130,11 @@ def run_sweep(model: dict, archs: list[str], batches: list[int], filters: list, 
         except LayerlabError as exc:  # a point refused (its memory, say): the points measured are kept
             if all(p is None for p in points):
                 raise
-            stopped = exc
+            stopped, error = True, exc
             break
     done = analysis.derive([p for p in points if p is not None])
     if stopped:
-        return Stopped(done, len(grid), stopped if isinstance(stopped, LayerlabError) else None)
+        return Stopped(done, len(grid), error)
     if progress:
         progress(len(grid), len(grid), "done")
     return done

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from . import analysis, bench, runtime, sweep
 from .benchcli import _ints
-from .cli import record_points, signal_said, stop_signals_interrupt
+from .cli import record_points, run_inputs, signal_said, stop_signals_interrupt
 from .config import check_filters, check_run, load_config
 from .errors import ConfigError, LayerlabError
-from .fileio import check_outputs, input_files
-from .limits import MAX_THREADS
+from .fileio import check_outputs
+from .limits import check_threads
 from .network import check_spec
 
 
@@ -45,8 +45,7 @@ def run_sweep_cli(args) -> int:
         batches = _ints(args.batch, "batch")
         filters = _ints(args.filters, "filters") if args.filters else [None]
         threads = _ints(args.threads, "threads") if args.threads else [runtime.cpu_count()]
-        if max(threads) > MAX_THREADS:
-            raise ConfigError(f"--threads {max(threads):,} is more than the {MAX_THREADS:,} a run may start")
+        check_threads(max(threads), "--threads")
         for name in ("steps", "repeats", "warmup"):
             if getattr(args, name) < 1:
                 raise ConfigError(f"--{name} {getattr(args, name)} must be >= 1")
@@ -71,12 +70,7 @@ def run_sweep_cli(args) -> int:
             out.mkdir(exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"--out {args.out}: cannot make the directory ({exc.strerror or exc})") from None
-        from nncore.store import default_path
-
-        inputs = input_files("the config", cfg.source) if Path(cfg.source).is_file() else []
-        inputs += input_files("the data", cfg.data.get("path")) + input_files("the test data", cfg.data.get("test_path"))
-        check_outputs([("--out", out / "sweep.csv"), ("--out", out / "sweep.json")],
-                      inputs + input_files("the run store", args.store or default_path()))
+        check_outputs([("--out", out / "sweep.csv"), ("--out", out / "sweep.json")], run_inputs(cfg, args.store))
         with stop_signals_interrupt() as received:
             try:
                 points = sweep.run_sweep(model, archs, batches, filters, threads, args.steps, args.repeats,
